@@ -1,0 +1,20 @@
+"""Shared test set-up.
+
+torch_xla must initialise its runtime before the first CPU backward pass of the process
+(pytorch/xla#4174), so when it is installed we initialise it here, before any test runs, on its CPU
+backend. Tests that train through XLA then share this process safely.
+"""
+import os
+
+os.environ.setdefault('PJRT_DEVICE', 'CPU')
+
+try:
+    import torch_xla  # noqa: E402
+
+    torch_xla.device()  # initialise the PJRT runtime now
+except ImportError:  # torch_xla is optional for users; the set-up installs it for the tests
+    pass
+
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

@@ -1,0 +1,16 @@
+"""vit_plugin: the Vision Transformer paper as an OpenMMLab plugin.
+
+Importing the package (e.g. through ``custom_imports=dict(imports=['vit_plugin'])`` in a config)
+registers every component under the ``vit_plugin`` scope and routes mmengine's checkpoint loading
+through the safe loader of :mod:`vit_plugin.checkpoint`. The XLA path (:mod:`vit_plugin.xla`) and the
+analysis tools (:mod:`vit_plugin.analysis`) are imported only when used.
+"""
+from .version import __version__
+from . import registry  # noqa: F401  (creates the scope before anything registers into it)
+from .checkpoint import install as _install_safe_checkpoint_loading
+
+_install_safe_checkpoint_loading()
+
+from . import converters, datasets, engine, evaluation, models  # noqa: E402,F401
+
+__all__ = ['__version__']

@@ -1,0 +1,7 @@
+from .backbones import *  # noqa: F401,F403
+from .heads import *  # noqa: F401,F403
+from .necks import *  # noqa: F401,F403
+from .pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed
+from .selfsup import *  # noqa: F401,F403
+
+__all__ = ['RESIZE_MODES', 'infer_grid', 'resize_pos_embed']

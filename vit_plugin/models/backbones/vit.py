@@ -1,0 +1,371 @@
+"""The Vision Transformer backbone of Dosovitskiy et al., ICLR 2021."""
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+
+from vit_plugin.registry import MODELS
+from ..layers import EncoderBlock, PatchEmbed
+from ..pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed, to_2tuple
+
+OUT_TYPES = ('cls_token', 'gap', 'featmap', 'raw')
+
+
+def _arch(embed_dims, num_layers, num_heads, mlp_dims):
+    return dict(embed_dims=embed_dims, num_layers=num_layers, num_heads=num_heads, mlp_dims=mlp_dims)
+
+
+def _expand_aliases(table):
+    return {alias: spec for aliases, spec in table.items() for alias in aliases}
+
+
+@MODELS.register_module()
+class ViT(BaseModule):
+    """Vision Transformer (`An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_).
+
+    The image is cut into non-overlapping patches by one convolution, a learnable class token is
+    prepended, a learned 1D position embedding is added (to the class token too), and a stack of
+    pre-norm Transformer blocks and a final LayerNorm follow. All LayerNorms use eps 1e-6 as the
+    official Flax model does.
+
+    Args:
+        arch (str | dict): A key of :attr:`arch_zoo` ('ti'/'tiny', 's'/'small', 'b'/'base',
+            'l'/'large', 'h'/'huge') or a dict with ``embed_dims``, ``num_layers``, ``num_heads``,
+            ``mlp_dims``. Defaults to 'base'.
+        img_size (int | tuple[int, int]): Training resolution; fixes the stored position-embedding
+            grid. Other input sizes work, the table is resized on the fly. Defaults to 224.
+        patch_size (int | tuple[int, int]): Defaults to 16.
+        in_channels (int): Defaults to 3.
+        out_type (str): What each output is: 'cls_token' (B, D); 'gap' (B, D), the mean of the patch
+            tokens after the final norm (with ``with_cls_token=False`` this is the official gap model);
+            'featmap' (B, D, h, w) patch tokens on their grid; 'raw' (B, N, D) all tokens.
+            Defaults to 'cls_token'.
+        out_indices (int | Sequence[int]): Blocks whose outputs are returned (negative counts from
+            the end). The final LayerNorm is applied to the last block's output only (when
+            ``final_norm``). Defaults to -1.
+        with_cls_token (bool): Prepend a class token. Defaults to True.
+        drop_rate (float): Dropout on the embeddings and inside blocks. Defaults to 0.
+        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
+        drop_path_rate (float): Stochastic depth, increasing linearly with depth up to this value.
+            Defaults to 0.
+        qkv_bias (bool): Defaults to True.
+        norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
+        gelu_approximate (str): 'none' (exact GELU, the PyTorch/timm convention) or 'tanh' (the
+            approximation the official Flax model uses; choose it to reproduce official outputs
+            exactly). Defaults to 'none'.
+        final_norm (bool): Apply the final LayerNorm. Defaults to True.
+        interpolate_mode (str): Resize mode (see :data:`RESIZE_MODES`) used when an input's patch
+            grid differs from the stored one. Defaults to 'bicubic'.
+        pos_embed_load_mode (str): Resize mode used when a loaded state dict has a different grid.
+            Use 'official' for weights from the official release (the converters record this).
+            Defaults to 'bicubic'.
+        pad_to_patch (bool): Zero-pad the bottom/right of inputs whose size is not divisible by the
+            patch size instead of raising an error. Defaults to False.
+        frozen_stages (int): Freeze the embeddings (> 0) and the first ``frozen_stages`` blocks; the
+            final norm too when all blocks are frozen. Stays frozen after ``train()``. Defaults to -1.
+        with_cp (bool): Activation checkpointing in every block while training. Defaults to False.
+        init_cfg (dict | list[dict], optional): Defaults to None, which uses the official
+            initialisation (see :meth:`init_weights`).
+    """
+    arch_zoo: Dict[str, dict] = _expand_aliases({
+        ('ti', 'tiny'): _arch(192, 12, 3, 768),
+        ('s', 'small'): _arch(384, 12, 6, 1536),
+        ('b', 'base'): _arch(768, 12, 12, 3072),
+        ('l', 'large'): _arch(1024, 24, 16, 4096),
+        ('h', 'huge'): _arch(1280, 32, 16, 5120),
+    })
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'base',
+                 img_size: Union[int, Sequence[int]] = 224,
+                 patch_size: Union[int, Sequence[int]] = 16,
+                 in_channels: int = 3,
+                 out_type: str = 'cls_token',
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 with_cls_token: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 qkv_bias: bool = True,
+                 norm_eps: float = 1e-6,
+                 gelu_approximate: str = 'none',
+                 final_norm: bool = True,
+                 interpolate_mode: str = 'bicubic',
+                 pos_embed_load_mode: str = 'bicubic',
+                 pad_to_patch: bool = False,
+                 frozen_stages: int = -1,
+                 with_cp: bool = False,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = self._parse_arch(arch)
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'out_type must be one of {OUT_TYPES}, got {out_type!r}')
+        if out_type == 'cls_token' and not with_cls_token:
+            raise ValueError("out_type='cls_token' needs with_cls_token=True; use 'gap' for a model "
+                             'without class token')
+        for name, mode in (('interpolate_mode', interpolate_mode), ('pos_embed_load_mode', pos_embed_load_mode)):
+            if mode not in RESIZE_MODES:
+                raise ValueError(f'{name} must be one of {RESIZE_MODES}, got {mode!r}')
+        if gelu_approximate not in ('none', 'tanh'):
+            raise ValueError(f"gelu_approximate must be 'none' or 'tanh', got {gelu_approximate!r}")
+        self.embed_dims = self.arch_settings['embed_dims']
+        self.num_layers = self.arch_settings['num_layers']
+        self.img_size = to_2tuple(img_size)
+        self.patch_size = to_2tuple(patch_size)
+        self.out_type = out_type
+        self.with_cls_token = with_cls_token
+        self.num_prefix_tokens = int(with_cls_token)
+        self.interpolate_mode = interpolate_mode
+        self.pos_embed_load_mode = pos_embed_load_mode
+        self.pad_to_patch = pad_to_patch
+        self.final_norm = final_norm
+        self.frozen_stages = frozen_stages
+
+        self.patch_embed = PatchEmbed(self.patch_size, in_channels, self.embed_dims)
+        grid = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims)) if with_cls_token else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + grid[0] * grid[1], self.embed_dims))
+        # The grid the table is laid out on travels with the weights, so that whatever path loads
+        # them later (init_cfg, load_from, resume, plain load_state_dict, another model) can resize a
+        # non-square table without guessing.
+        self.register_buffer('pos_embed_grid', torch.tensor(grid, dtype=torch.long), persistent=True)
+        self._patch_grid = grid  # the same, as Python ints: no device read in forward (XLA-friendly)
+        self.drop_after_pos = nn.Dropout(drop_rate)
+
+        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        self.blocks = nn.ModuleList([
+            EncoderBlock(self.embed_dims, self.arch_settings['num_heads'], self.arch_settings['mlp_dims'],
+                         qkv_bias=qkv_bias, drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i],
+                         norm_eps=norm_eps, gelu_approximate=gelu_approximate) for i in range(self.num_layers)
+        ])
+        self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if final_norm else nn.Identity()
+        self.out_indices = self._parse_out_indices(out_indices)
+        self.set_grad_checkpointing(with_cp)
+
+        self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
+        self._freeze_stages()
+
+    # ------------------------------------------------------------------ construction helpers
+    def _parse_arch(self, arch):
+        if isinstance(arch, str):
+            key = arch.lower()
+            if key not in self.arch_zoo:
+                raise KeyError(f'unknown ViT arch {arch!r}; choose one of {sorted(set(self.arch_zoo))} '
+                               f'or pass a dict with embed_dims, num_layers, num_heads, mlp_dims')
+            return dict(self.arch_zoo[key])
+        required = {'embed_dims', 'num_layers', 'num_heads', 'mlp_dims'}
+        if not isinstance(arch, dict) or not required <= set(arch):
+            raise ValueError(f'a custom arch must be a dict with keys {sorted(required)}, got {arch!r}')
+        return dict(arch)
+
+    def _parse_out_indices(self, out_indices):
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        parsed = []
+        for index in out_indices:
+            real = index + self.num_layers if index < 0 else index
+            if not 0 <= real < self.num_layers:
+                raise ValueError(f'out index {index} is out of range for {self.num_layers} blocks')
+            parsed.append(real)
+        return sorted(set(parsed))
+
+    @property
+    def patch_grid(self) -> Tuple[int, int]:
+        """The (rows, cols) grid the stored position embedding is laid out on."""
+        return self._patch_grid
+
+    def set_grad_checkpointing(self, enable: bool = True):
+        """Turn activation checkpointing on or off for every block."""
+        self.with_cp = enable
+        for block in self.blocks:
+            block.with_cp = enable
+
+    # ------------------------------------------------------------------ initialisation
+    def init_weights(self):
+        """Official initialisation unless ``init_cfg`` loads weights.
+
+        Dense layers: Xavier-uniform weights and N(0, 1e-6) biases; the fused qkv projection gets
+        Xavier bounds computed for each of its three D x D parts, as if q, k and v were separate;
+        patch embedding: LeCun-normal; position embedding: N(0, 0.02); class token: zeros.
+        """
+        if self.init_cfg is not None:
+            super().init_weights()
+            return
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if name.endswith('attn.qkv'):
+                    bound = math.sqrt(6. / (module.in_features + module.out_features // 3))
+                    nn.init.uniform_(module.weight, -bound, bound)
+                else:
+                    nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.normal_(module.bias, std=1e-6)
+        proj = self.patch_embed.proj
+        fan_in = proj.in_channels * proj.kernel_size[0] * proj.kernel_size[1]
+        nn.init.trunc_normal_(proj.weight, std=math.sqrt(1. / fan_in) / .87962566103423978)
+        nn.init.zeros_(proj.bias)
+        nn.init.normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.zeros_(self.cls_token)
+
+    # ------------------------------------------------------------------ loading
+    def _resize_pos_embed_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
+                                  unexpected_keys, error_msgs):
+        """Load-state-dict pre-hook: adapt an incoming position embedding to this model's grid.
+
+        Runs on every path that ends in ``load_state_dict`` (``init_cfg`` Pretrained, ``load_from``,
+        ``--resume``, plain calls). The source grid comes from the incoming ``pos_embed_grid`` when the
+        weights were saved by us, otherwise it is inferred (square tables only).
+        """
+        key, grid_key = prefix + 'pos_embed', prefix + 'pos_embed_grid'
+        old_grid = state_dict.get(grid_key)
+        old_grid = tuple(int(v) for v in old_grid.tolist()) if old_grid is not None else None
+        state_dict[grid_key] = self.pos_embed_grid.clone()  # third-party weights carry no grid
+        if key not in state_dict:
+            return
+        table = state_dict[key]
+        if table.dim() == 2:
+            table = table.unsqueeze(0)
+        num_prefix = self.num_prefix_tokens
+        if old_grid is not None:
+            num_prefix = table.shape[1] - old_grid[0] * old_grid[1]
+        elif table.shape[1] != self.pos_embed.shape[1]:
+            # Third-party weights: the number of class tokens may differ from ours (e.g. a gap model).
+            candidates = [self.num_prefix_tokens] + [n for n in (1, 0) if n != self.num_prefix_tokens]
+            for n in candidates:
+                side = math.isqrt(table.shape[1] - n)
+                if side * side == table.shape[1] - n:
+                    num_prefix = n
+                    break
+        old_grid = infer_grid(table.shape[1] - num_prefix, old_grid, what=key)
+        if old_grid == self.patch_grid and num_prefix == self.num_prefix_tokens:
+            state_dict[key] = table
+            return
+        if num_prefix > self.num_prefix_tokens:
+            raise ValueError(f'{key}: the checkpoint has {num_prefix} class/extra token entries but the model '
+                             f'has {self.num_prefix_tokens}; build the model with_cls_token=True, or convert '
+                             f'the checkpoint with tools/convert_checkpoint.py, which drops them explicitly.')
+        if num_prefix < self.num_prefix_tokens:
+            raise ValueError(f'{key}: the checkpoint has no class-token position entry but the model has a '
+                             f'class token; build the model with with_cls_token=False (a gap model).')
+        state_dict[key] = resize_pos_embed(table, self.patch_grid, old_grid, num_prefix, mode=self.pos_embed_load_mode)
+        print_log(f'Resized position embedding "{key}" from a {old_grid[0]}x{old_grid[1]} to a '
+                  f'{self.patch_grid[0]}x{self.patch_grid[1]} patch grid (mode={self.pos_embed_load_mode}, '
+                  f'{num_prefix} class token kept). This is intentional: the weights were trained at a '
+                  f'different resolution or patch size.', logger='current')
+
+    # ------------------------------------------------------------------ freezing
+    def _freeze_stages(self):
+        if self.frozen_stages <= 0:
+            return
+        frozen = [self.patch_embed, *self.blocks[:self.frozen_stages]]
+        if self.frozen_stages >= self.num_layers:
+            frozen.append(self.norm)
+        for module in frozen:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+        self.pos_embed.requires_grad = False
+        if self.cls_token is not None:
+            self.cls_token.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    # ------------------------------------------------------------------ layer-wise lr decay / wd
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """Depth of a parameter for layer-wise learning-rate decay (mmpretrain's convention).
+
+        Embeddings are depth 0, block ``i`` is depth ``i + 1``, the final norm and anything after the
+        backbone (e.g. the head) is depth ``num_layers + 1``.
+
+        Returns:
+            tuple[int, int]: (layer depth, total number of depths ``num_layers + 2``).
+        """
+        num_depths = self.num_layers + 2
+        if not param_name.startswith(prefix):
+            return num_depths - 1, num_depths
+        name = param_name[len(prefix):]
+        if name in ('cls_token', 'pos_embed', 'pos_embed_grid') or name.startswith('patch_embed'):
+            return 0, num_depths
+        if name.startswith('blocks.'):
+            return int(name.split('.')[1]) + 1, num_depths
+        return num_depths - 1, num_depths
+
+    def no_weight_decay(self) -> set:
+        """Parameter names that should get no weight decay."""
+        return {'pos_embed', 'cls_token'}
+
+    # ------------------------------------------------------------------ forward
+    def _pad_or_check(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        ph, pw = self.patch_size
+        if h % ph == 0 and w % pw == 0:
+            return x
+        if not self.pad_to_patch:
+            raise ValueError(f'input size {h}x{w} is not divisible by the patch size {ph}x{pw}; resize or '
+                             f'crop the input to a multiple of the patch size, or build the backbone with '
+                             f'pad_to_patch=True to zero-pad the bottom and right edges')
+        return F.pad(x, (0, (pw - w % pw) % pw, 0, (ph - h % ph) % ph))
+
+    def _pos_embed_for(self, grid: Tuple[int, int]) -> torch.Tensor:
+        if grid == self.patch_grid:
+            return self.pos_embed
+        return resize_pos_embed(self.pos_embed, grid, self.patch_grid, self.num_prefix_tokens,
+                                mode=self.interpolate_mode)
+
+    def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """Images (B, C, H, W) -> embedded tokens (B, N, D) with class token and positions, and the grid."""
+        x, grid = self.patch_embed(self._pad_or_check(x))
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.drop_after_pos(x + self._pos_embed_for(grid)), grid
+
+    def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
+        """Run embedded tokens through the encoder and format the requested outputs."""
+        outs = []
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if i in self.out_indices:
+                tokens = self.norm(x) if i == self.num_layers - 1 else x
+                outs.append(self._format_output(tokens, grid))
+        return tuple(outs)
+
+    def _format_output(self, tokens: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
+        if self.out_type == 'raw':
+            return tokens
+        if self.out_type == 'cls_token':
+            return tokens[:, 0]
+        patches = tokens[:, self.num_prefix_tokens:]
+        if self.out_type == 'gap':
+            return patches.mean(dim=1)
+        B, _, D = patches.shape
+        return patches.transpose(1, 2).reshape(B, D, grid[0], grid[1])
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """Images (B, C, H, W) -> a tuple with one output per ``out_indices`` entry."""
+        x, grid = self.embed(x)
+        return self.forward_tokens(x, grid)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
+        x, _ = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    @torch.no_grad()
+    def get_attention_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
+        """Attention weights of every block, each (B, heads, N, N), for analysis tools."""
+        x, _ = self.embed(x)
+        maps = []
+        for block in self.blocks:
+            x, attn = block(x, return_attention=True)
+            maps.append(attn)
+        return maps

@@ -1,0 +1,110 @@
+"""Resizing learned 1D position embeddings as the 2D patch grid they index.
+
+The paper injects 2D structure into ViT only in two places: cutting the image into patches, and
+interpolating the position embeddings "in 2D, according to their location in the original image" when
+fine-tuning at a resolution other than the pre-training one. This module is the one home of that
+interpolation; the backbone, its load-state-dict pre-hook, the runner hooks and the checkpoint
+converters all call :func:`resize_pos_embed`.
+"""
+import math
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+Grid = Tuple[int, int]
+
+#: Resize modes. ``'official'`` reproduces the official JAX loader, which resizes with
+#: ``scipy.ndimage.zoom(order=1)``: linear interpolation whose first and last samples sit exactly on
+#: the first and last old positions, i.e. PyTorch's ``align_corners=True``. The others follow the
+#: timm/mmpretrain convention of half-pixel centres (``align_corners=False``).
+RESIZE_MODES = ('official', 'bilinear', 'bicubic')
+
+
+def to_2tuple(value: Union[int, Sequence[int]]) -> Grid:
+    """``7 -> (7, 7)``; ``(7, 9) -> (7, 9)``."""
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2:
+        raise ValueError(f'expected an int or a pair of ints, got {value!r}')
+    return value
+
+
+def infer_grid(num_patches: int, grid: Optional[Sequence[int]] = None, what: str = 'pos_embed') -> Grid:
+    """Return the (rows, cols) grid of a table of ``num_patches`` patch embeddings.
+
+    Args:
+        num_patches (int): Number of patch entries (class/extra tokens excluded).
+        grid (tuple[int, int], optional): The grid if known (e.g. from checkpoint metadata). It is
+            checked against ``num_patches``. Defaults to None, which infers a square grid.
+        what (str): Name used in error messages, e.g. the state-dict key. Defaults to 'pos_embed'.
+
+    Raises:
+        ValueError: if ``grid`` does not match, or if no grid was given and ``num_patches`` is not a
+            perfect square (a non-square table cannot be inferred unambiguously).
+    """
+    if grid is not None:
+        grid = to_2tuple(grid)
+        if grid[0] * grid[1] != num_patches:
+            raise ValueError(f'{what}: a grid of {grid[0]}x{grid[1]} needs {grid[0] * grid[1]} patch '
+                             f'entries, but the table has {num_patches}. Pass the grid the weights '
+                             f'were trained with.')
+        return grid
+    side = math.isqrt(num_patches)
+    if side * side != num_patches:
+        raise ValueError(
+            f'{what}: cannot infer the patch grid of a position-embedding table with {num_patches} '
+            f'patch entries: it is not square and the checkpoint carries no grid metadata. Give the '
+            f'grid explicitly, e.g. `old_grid=(rows, cols)` (for a pre-hook/converter: '
+            f'`pos_embed_grid=(rows, cols)`), where rows*cols == {num_patches}.')
+    return (side, side)
+
+
+def resize_pos_embed(pos_embed: torch.Tensor,
+                     new_grid: Union[int, Sequence[int]],
+                     old_grid: Optional[Sequence[int]] = None,
+                     num_prefix_tokens: int = 1,
+                     mode: str = 'bicubic',
+                     antialias: bool = False) -> torch.Tensor:
+    """Resize a position-embedding table to a new patch grid.
+
+    The class token (and any other prefix tokens) is split off and kept unchanged; the remaining
+    entries are laid out row-major on ``old_grid``, interpolated to ``new_grid`` and flattened back.
+
+    Args:
+        pos_embed (Tensor): Shape (1, num_prefix_tokens + rows*cols, D) or (num_prefix + rows*cols, D).
+        new_grid (int | tuple[int, int]): Target (rows, cols).
+        old_grid (tuple[int, int], optional): Source (rows, cols). Defaults to None: inferred when the
+            table is square, an error otherwise.
+        num_prefix_tokens (int): Leading entries that are not patches (1 for the class token, 0 for
+            gap models). Defaults to 1.
+        mode (str): One of :data:`RESIZE_MODES`. Defaults to 'bicubic'.
+        antialias (bool): Anti-alias when shrinking (bilinear/bicubic only). Defaults to False.
+
+    Returns:
+        Tensor: Same dtype, device and rank as ``pos_embed``. Interpolation runs in float32.
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f'unknown position-embedding resize mode {mode!r}; choose one of {RESIZE_MODES}')
+    if antialias and mode == 'official':
+        raise ValueError("antialias is not part of the official resize; use mode='bilinear' or "
+                         "'bicubic' with antialias=True")
+    squeeze = pos_embed.dim() == 2
+    if squeeze:
+        pos_embed = pos_embed.unsqueeze(0)
+    if pos_embed.dim() != 3:
+        raise ValueError(f'pos_embed must have shape (1, N, D) or (N, D), got {tuple(pos_embed.shape)}')
+    new_grid = to_2tuple(new_grid)
+    prefix, patches = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    old_grid = infer_grid(patches.shape[1], old_grid)
+    if old_grid != new_grid:
+        dim = patches.shape[-1]
+        grid = patches.float().reshape(patches.shape[0], old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+        if mode == 'official':
+            grid = F.interpolate(grid, size=new_grid, mode='bilinear', align_corners=True)
+        else:
+            grid = F.interpolate(grid, size=new_grid, mode=mode, align_corners=False, antialias=antialias)
+        patches = grid.permute(0, 2, 3, 1).reshape(patches.shape[0], new_grid[0] * new_grid[1], dim)
+        pos_embed = torch.cat([prefix, patches.to(prefix.dtype)], dim=1)
+    return pos_embed.squeeze(0) if squeeze else pos_embed
