@@ -55,11 +55,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# Some machines' pip configuration names local index folders that do not exist; pip warns about each
+# one on every call. Drop only that noise.
+pip_run() { "${PIP[@]}" "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
 CONSTRAINTS=()
 [ -f "$LOCK" ] && CONSTRAINTS=(-c "$LOCK")
 
 log "installing the pinned stack (torch, torch-xla, OpenMMLab)"
-"${PIP[@]}" install -q "${CONSTRAINTS[@]}" wheel ninja -r requirements/stack.txt
+pip_run install -q "${CONSTRAINTS[@]}" wheel ninja -r requirements/stack.txt
 
 # mmcv: PyPI has only a source release for this torch. Build it once (CPU ops, against the torch just
 # installed, hence no build isolation) and keep the wheel in the cache so a new venv takes seconds.
@@ -71,18 +74,18 @@ if [ -z "$MMCV_WHEEL" ]; then
   log "building mmcv $MMCV_VERSION with CPU ops from source (about 20-30 minutes on 2 cores, once)"
   BUILD_DIR=$(mktemp -d)
   MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-    "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$BUILD_DIR" "mmcv==$MMCV_VERSION"
+    pip_run wheel -q --no-deps --no-build-isolation -w "$BUILD_DIR" "mmcv==$MMCV_VERSION"
   mkdir -p "$WHEELS/torch-$TORCH_TAG"
   mv "$BUILD_DIR"/mmcv-*.whl "$WHEELS/torch-$TORCH_TAG/"
   rm -rf "$BUILD_DIR"
   MMCV_WHEEL=$(ls "$WHEELS"/torch-"$TORCH_TAG"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)
 fi
 log "installing $(basename "$MMCV_WHEEL")"
-"${PIP[@]}" install -q "${CONSTRAINTS[@]}" "$MMCV_WHEEL"
+pip_run install -q "${CONSTRAINTS[@]}" "$MMCV_WHEEL"
 
 log "installing test tools and vit_plugin (editable)"
-"${PIP[@]}" install -q "${CONSTRAINTS[@]}" -r requirements/tests.txt
-"${PIP[@]}" install -q --no-deps --no-build-isolation -e .
+pip_run install -q "${CONSTRAINTS[@]}" -r requirements/tests.txt
+pip_run install -q --no-deps --no-build-isolation -e .
 
 verify
 echo "$STAMP" > "$STAMP_FILE"
