@@ -1,0 +1,3 @@
+from .checked import DataRootNotFoundError, check_dataset_paths  # noqa: F401
+from .digits import DigitsDataset, prepare_digits_dataset  # noqa: F401
+from .shapes_coco import CLASSES as SHAPES_CLASSES, ShapesCocoDataset, make_shapes_coco  # noqa: F401

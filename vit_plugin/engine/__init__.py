@@ -1,0 +1,4 @@
+from . import hooks  # noqa: F401
+from .fsdp import vit_block_wrap_policy  # noqa: F401
+from .global_batch import apply_global_batch_size, world_size_from_env  # noqa: F401
+from . import optimizers  # noqa: F401

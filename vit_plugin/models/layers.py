@@ -11,6 +11,16 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
+    """Flax's default kernel init: a normal truncated at two std, rescaled to variance 1 / fan_in.
+
+    ``fan_in`` is ``tensor[0].numel()`` (PyTorch's (out, in, ...) layout). The truncation bounds are
+    relative to the std, as in ``jax.nn.initializers.lecun_normal``.
+    """
+    std = (1. / tensor[0].numel())**0.5 / .87962566103423978  # std of a unit normal truncated at +-2
+    return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
+
+
 class DropPath(nn.Module):
     """Stochastic depth: drop the whole residual branch per sample while training.
 
@@ -83,19 +93,112 @@ class Attention(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention before the output projection: (B, N, C) -> heads concatenated, (B, N, C)."""
+        B, N, C = x.shape
+        # (B, N, 3, h, d) viewed as q, k, v of (B, h, N, d): strided views, no copies; SDPA takes them.
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
+        x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        # The CPU and CUDA kernels lay the output out as (B, N, h, d), so this reshape is a free view.
+        return x.transpose(1, 2).reshape(B, N, C)
+
     def forward(self, x: torch.Tensor, return_attention: bool = False):
+        if not return_attention:
+            return self.proj_drop(self.proj(self.mix(x)))
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        attn = None
-        if return_attention:
-            attn = (q * self.scale) @ k.transpose(-2, -1)
-            attn = attn.softmax(dim=-1)
-            weights = F.dropout(attn, self.attn_drop, self.training)
-            x = weights @ v
-        else:
-            x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.)
-        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
-        return (x, attn) if return_attention else x
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        x = F.dropout(attn, self.attn_drop, self.training) @ v
+        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C))), attn
+
+
+def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_tokens: int = 1,
+                          device: Optional[torch.device] = None) -> torch.Tensor:
+    """Which token may attend to which under windowed attention, as a dense (N, N) boolean matrix.
+
+    Patch tokens see the prefix (class) tokens and the patches of their own ``window_size`` x
+    ``window_size`` window (windows tile the grid from the top-left corner; the last row/column of
+    windows may be partial). Prefix tokens see everything, as in global attention. Used to return
+    attention maps of windowed blocks and as the reference the partitioned computation must match.
+
+    Args:
+        grid (tuple[int, int]): Patch grid (rows, cols).
+        window_size (int): Window side in patches.
+        num_prefix_tokens (int): Class/extra tokens in front of the patches. Defaults to 1.
+        device (torch.device, optional): Device of the mask. Defaults to None (CPU).
+
+    Returns:
+        torch.Tensor: (N, N) bool, True where attention is allowed, N = prefix + rows * cols.
+    """
+    rows = torch.arange(grid[0], device=device) // window_size
+    cols = torch.arange(grid[1], device=device) // window_size
+    window_id = (rows[:, None] * grid[1] + cols[None, :]).flatten()
+    patch_mask = window_id[:, None] == window_id[None, :]
+    n = num_prefix_tokens + patch_mask.shape[0]
+    mask = torch.ones(n, n, dtype=torch.bool, device=device)
+    mask[num_prefix_tokens:, num_prefix_tokens:] = patch_mask
+    return mask
+
+
+def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], window_size: int,
+                       num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Self-attention restricted to non-overlapping windows of the patch grid (ViTDet's local blocks).
+
+    Memory and time grow with the number of windows instead of quadratically with the grid, which is
+    what makes ViT affordable at detection resolutions. The grid is zero-padded at the bottom/right
+    to whole windows; padded positions are masked out as keys, so results do not depend on padding
+    and a window covering the whole grid gives exactly global attention. Prefix (class) tokens stay
+    global: they are keys in every window and their queries attend to all tokens.
+
+    Args:
+        attn (Attention): The block's attention module (its qkv/proj weights are used).
+        x (torch.Tensor): Normalised tokens (B, N, C), prefix tokens first.
+        grid (tuple[int, int]): Patch grid (rows, cols) of the N - prefix patch tokens.
+        window_size (int): Window side in patches.
+        num_prefix_tokens (int): Defaults to 1.
+
+    Returns:
+        torch.Tensor: (B, N, C), the attention branch output (after the output projection).
+    """
+    B, N, C = x.shape
+    rows, cols = grid
+    if N != num_prefix_tokens + rows * cols:
+        raise ValueError(f'windowed attention got {N} tokens for a {rows}x{cols} grid with '
+                         f'{num_prefix_tokens} prefix tokens')
+    heads, dims, ws = attn.num_heads, attn.head_dims, window_size
+    drop = attn.attn_drop if attn.training else 0.
+    qkv = attn.qkv(x).reshape(B, N, 3, heads, dims)
+    prefix, patches = qkv[:, :num_prefix_tokens], qkv[:, num_prefix_tokens:]
+
+    pad_r, pad_c = (-rows) % ws, (-cols) % ws
+    patches = patches.reshape(B, rows, cols, 3 * heads * dims)
+    if pad_r or pad_c:
+        patches = F.pad(patches, (0, 0, 0, pad_c, 0, pad_r))
+    nr, nc = (rows + pad_r) // ws, (cols + pad_c) // ws
+    # (B, nr, ws, nc, ws, 3, h, d) -> (3, B * windows, h, ws * ws, d)
+    win = patches.reshape(B, nr, ws, nc, ws, 3, heads, dims).permute(5, 0, 1, 3, 6, 2, 4, 7)
+    q, k, v = win.reshape(3, B * nr * nc, heads, ws * ws, dims).unbind(0)
+    if num_prefix_tokens:
+        pk, pv = prefix[:, :, 1:].permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, P, d) each
+        k = torch.cat([pk.repeat_interleave(nr * nc, dim=0), k], dim=2)
+        v = torch.cat([pv.repeat_interleave(nr * nc, dim=0), v], dim=2)
+    mask = None
+    if pad_r or pad_c:
+        valid = torch.zeros(rows + pad_r, cols + pad_c, dtype=torch.bool, device=x.device)
+        valid[:rows, :cols] = True
+        valid = valid.reshape(nr, ws, nc, ws).permute(0, 2, 1, 3).reshape(nr * nc, ws * ws)
+        valid = torch.cat([valid.new_ones(nr * nc, num_prefix_tokens), valid], dim=1)
+        mask = valid.repeat(B, 1)[:, None, None, :]  # (B * windows, 1, 1, keys)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+    # (B * windows, h, ws * ws, d) -> (B, rows, cols, C)
+    out = out.reshape(B, nr, nc, heads, ws, ws, dims).permute(0, 1, 4, 2, 5, 3, 6)
+    out = out.reshape(B, nr * ws, nc * ws, C)[:, :rows, :cols].reshape(B, rows * cols, C)
+    if num_prefix_tokens:
+        pq = prefix[:, :, 0].transpose(1, 2)  # (B, h, P, d): prefix queries attend globally
+        k_all, v_all = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+        prefix_out = F.scaled_dot_product_attention(pq, k_all, v_all, dropout_p=drop)
+        out = torch.cat([prefix_out.transpose(1, 2).reshape(B, num_prefix_tokens, C), out], dim=1)
+    return attn.proj_drop(attn.proj(out))
 
 
 class Mlp(nn.Module):
@@ -117,8 +220,45 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop2 = nn.Dropout(drop)
 
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """``drop1(GELU(fc1(x)))``; GELU runs in place when no autograd graph is recorded."""
+        x = self.fc1(x)
+        if torch.is_grad_enabled() and x.requires_grad:
+            x = self.act(x)
+        else:
+            x = torch._C._nn.gelu_(x, approximate=self.act.approximate)  # saves a (B, N, 4D) buffer
+        return self.drop1(x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        return self.drop2(self.fc2(self.hidden(x)))
+
+
+def linear_residual(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear, inplace: bool = False) -> torch.Tensor:
+    """``residual + linear(x)`` with the residual as the GEMM's accumulator.
+
+    A plain ``residual + linear(x)`` writes the product into a fresh buffer that first receives the
+    broadcast bias, then reads it back for the addition. Here ``residual + bias`` is formed once and
+    the GEMM accumulates onto it (``beta=1``): one buffer and one memory pass fewer per residual
+    branch, in training and inference alike (autograd handles the in-place GEMM). Only the summation
+    order differs, i.e. float rounding.
+
+    Args:
+        residual (Tensor): (..., out_features).
+        x (Tensor): (..., in_features), same leading shape.
+        linear (nn.Linear): The projection.
+        inplace (bool): Accumulate into ``residual`` itself (no graph may need it). Defaults to False.
+    """
+    if torch.is_autocast_enabled(x.device.type) or x.dtype != residual.dtype:
+        # Autocast does not cover in-place GEMMs: keep the plain form (fp32 residual + low-precision branch).
+        branch = linear(x)
+        return residual.add_(branch) if inplace else residual + branch
+    shape = residual.shape
+    out = residual.reshape(-1, shape[-1])
+    if linear.bias is not None:
+        out = out.add_(linear.bias) if inplace else out + linear.bias
+    elif not inplace:
+        out = out.clone()
+    return out.addmm_(x.reshape(-1, x.shape[-1]), linear.weight.t()).view(shape)
 
 
 class EncoderBlock(nn.Module):
@@ -134,12 +274,21 @@ class EncoderBlock(nn.Module):
         drop_path (float): Stochastic-depth probability for both branches. Defaults to 0.
         norm_eps (float): LayerNorm epsilon; 1e-6 as in the official model. Defaults to 1e-6.
         gelu_approximate (str): See :class:`Mlp`. Defaults to 'none'.
+        window_size (int): If > 0, attention is restricted to non-overlapping windows of this many
+            patches per side (see :func:`windowed_attention`) and ``forward`` needs the patch grid.
+            Defaults to 0 (global attention).
+        num_prefix_tokens (int): Class/extra tokens in front of the patches; only used by windowed
+            attention. Defaults to 1.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_dims: int, qkv_bias: bool = True, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., norm_eps: float = 1e-6,
-                 gelu_approximate: str = 'none'):
+                 gelu_approximate: str = 'none', window_size: int = 0, num_prefix_tokens: int = 1):
         super().__init__()
+        if window_size < 0:
+            raise ValueError(f'window_size must be >= 0 (0 = global attention), got {window_size}')
+        self.window_size = window_size
+        self.num_prefix_tokens = num_prefix_tokens
         self.norm1 = nn.LayerNorm(embed_dims, eps=norm_eps)
         self.attn = Attention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
         self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
@@ -147,16 +296,59 @@ class EncoderBlock(nn.Module):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.with_cp = False
 
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+    def _attend(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]) -> torch.Tensor:
+        if not self.window_size:
+            return self.attn(x)
+        if grid is None:
+            raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
+        return windowed_attention(self.attn, x, grid, self.window_size, self.num_prefix_tokens)
 
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
+    def _stochastic(self) -> bool:
+        """Whether any dropout or drop-path would act now (the fused path below has none)."""
+        if not self.training:
+            return False
+        drops = (self.attn.proj_drop.p, self.mlp.drop1.p, self.mlp.drop2.p,
+                 getattr(self.drop_path, 'drop_prob', 0.))
+        return any(p > 0 for p in drops)
+
+    def _forward(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+        if self.window_size or self._stochastic():
+            x = x + self.drop_path(self._attend(self.norm1(x), grid))
+            return x + self.drop_path(self.mlp(self.norm2(x)))
+        # Same function, fewer buffers: both projections accumulate onto their residual (see
+        # linear_residual); the second one in place, since the first one's output is ours alone.
+        x = linear_residual(x, self.attn.mix(self.norm1(x)), self.attn.proj)
+        hidden = self.mlp.hidden(self.norm2(x))
+        # (In place only without autograd: norm2 may have saved x for its weight gradient.)
+        return linear_residual(x, hidden, self.mlp.fc2, inplace=not torch.is_grad_enabled())
+
+    def _attention_weights(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]):
+        if not self.window_size:
+            return self.attn(x, return_attention=True)
+        if grid is None:
+            raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
+        # Analysis path: the windowed attention as a dense (N, N) map, zero outside each window.
+        attn = self.attn
+        B, N, C = x.shape
+        q, k, v = attn.qkv(x).reshape(B, N, 3, attn.num_heads, attn.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
+        allowed = window_attention_mask(grid, self.window_size, self.num_prefix_tokens, x.device)
+        weights = ((q * attn.scale) @ k.transpose(-2, -1)).masked_fill(~allowed, float('-inf')).softmax(-1)
+        y = F.dropout(weights, attn.attn_drop, attn.training) @ v
+        return attn.proj_drop(attn.proj(y.transpose(1, 2).reshape(B, N, C))), weights
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
+        """Tokens (B, N, D) -> (B, N, D); with ``return_attention`` also the (B, heads, N, N) weights.
+
+        ``grid`` (rows, cols) of the patch tokens is required by windowed blocks, ignored otherwise.
+        """
         if return_attention:
-            y, attn = self.attn(self.norm1(x), return_attention=True)
+            y, attn = self._attention_weights(self.norm1(x), grid)
             x = x + self.drop_path(y)
             return x + self.drop_path(self.mlp(self.norm2(x))), attn
         if self.with_cp and self.training and x.requires_grad:
             # Activation checkpointing: keep only the block input, recompute the rest in backward.
-            return checkpoint(self._forward, x, use_reentrant=False)
-        return self._forward(x)
+            return checkpoint(self._forward, x, grid, use_reentrant=False)
+        return self._forward(x, grid)
+
+    def extra_repr(self) -> str:
+        return f'window_size={self.window_size}' if self.window_size else ''

@@ -66,7 +66,8 @@ def resize_pos_embed(pos_embed: torch.Tensor,
                      old_grid: Optional[Sequence[int]] = None,
                      num_prefix_tokens: int = 1,
                      mode: str = 'bicubic',
-                     antialias: bool = False) -> torch.Tensor:
+                     antialias: bool = False,
+                     compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Resize a position-embedding table to a new patch grid.
 
     The class token (and any other prefix tokens) is split off and kept unchanged; the remaining
@@ -81,9 +82,13 @@ def resize_pos_embed(pos_embed: torch.Tensor,
             gap models). Defaults to 1.
         mode (str): One of :data:`RESIZE_MODES`. Defaults to 'bicubic'.
         antialias (bool): Anti-alias when shrinking (bilinear/bicubic only). Defaults to False.
+        compute_dtype (torch.dtype): Least precision of the interpolation (a float64 table is always
+            resized in float64). Defaults to float32 (fast, fine for the on-the-fly resize in forward).
+            Loading paths pass float64: the official loader's scipy zoom computes in double precision,
+            and float32 index arithmetic alone deviates from it by ~2e-6.
 
     Returns:
-        Tensor: Same dtype, device and rank as ``pos_embed``. Interpolation runs in float32.
+        Tensor: Same dtype, device and rank as ``pos_embed``.
     """
     if mode not in RESIZE_MODES:
         raise ValueError(f'unknown position-embedding resize mode {mode!r}; choose one of {RESIZE_MODES}')
@@ -100,7 +105,8 @@ def resize_pos_embed(pos_embed: torch.Tensor,
     old_grid = infer_grid(patches.shape[1], old_grid)
     if old_grid != new_grid:
         dim = patches.shape[-1]
-        grid = patches.float().reshape(patches.shape[0], old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+        grid = patches.to(torch.promote_types(patches.dtype, compute_dtype))
+        grid = grid.reshape(patches.shape[0], old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
         if mode == 'official':
             grid = F.interpolate(grid, size=new_grid, mode='bilinear', align_corners=True)
         else:

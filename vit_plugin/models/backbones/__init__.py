@@ -1,3 +1,4 @@
+from .hybrid_vit import HybridViT
 from .vit import ViT
 
-__all__ = ['ViT']
+__all__ = ['HybridViT', 'ViT']

@@ -1,16 +1,16 @@
 """The Vision Transformer backbone of Dosovitskiy et al., ICLR 2021."""
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
-from ..layers import EncoderBlock, PatchEmbed
-from ..pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed, to_2tuple
+from ..layers import EncoderBlock, PatchEmbed, lecun_normal_
+from ..load_adapt import adapt_vit_state_dict
+from ..pos_embed import RESIZE_MODES, resize_pos_embed, to_2tuple
 
 OUT_TYPES = ('cls_token', 'gap', 'featmap', 'raw')
 
@@ -68,6 +68,13 @@ class ViT(BaseModule):
         frozen_stages (int): Freeze the embeddings (> 0) and the first ``frozen_stages`` blocks; the
             final norm too when all blocks are frozen. Stays frozen after ``train()``. Defaults to -1.
         with_cp (bool): Activation checkpointing in every block while training. Defaults to False.
+        window_size (int): If > 0, the blocks in ``window_block_indices`` attend only within
+            non-overlapping windows of ``window_size`` x ``window_size`` patches (ViTDet's local blocks;
+            the grid is padded to whole windows and the padding masked). The others stay global.
+            Defaults to 0 (every block global, as in the paper).
+        window_block_indices (Sequence[int], optional): Blocks that use windowed attention when
+            ``window_size > 0``. Defaults to None: every block except the last of each quarter of
+            the depth (ViTDet's choice; blocks 2, 5, 8, 11 stay global for a 12-block model).
         init_cfg (dict | list[dict], optional): Defaults to None, which uses the official
             initialisation (see :meth:`init_weights`).
     """
@@ -99,6 +106,8 @@ class ViT(BaseModule):
                  pad_to_patch: bool = False,
                  frozen_stages: int = -1,
                  with_cp: bool = False,
+                 window_size: int = 0,
+                 window_block_indices: Optional[Sequence[int]] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
@@ -125,8 +134,8 @@ class ViT(BaseModule):
         self.final_norm = final_norm
         self.frozen_stages = frozen_stages
 
-        self.patch_embed = PatchEmbed(self.patch_size, in_channels, self.embed_dims)
-        grid = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.patch_embed = self._build_patch_embed(in_channels)
+        grid = self._grid_for(self.img_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims)) if with_cls_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + grid[0] * grid[1], self.embed_dims))
         # The grid the table is laid out on travels with the weights, so that whatever path loads
@@ -136,11 +145,16 @@ class ViT(BaseModule):
         self._patch_grid = grid  # the same, as Python ints: no device read in forward (XLA-friendly)
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        # Python floats, not torch.linspace: the model must also build on the 'meta' device.
+        dpr = [drop_path_rate * i / max(self.num_layers - 1, 1) for i in range(self.num_layers)]
+        self.window_size = window_size
+        self.window_block_indices = self._parse_window_blocks(window_size, window_block_indices)
         self.blocks = nn.ModuleList([
             EncoderBlock(self.embed_dims, self.arch_settings['num_heads'], self.arch_settings['mlp_dims'],
                          qkv_bias=qkv_bias, drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i],
-                         norm_eps=norm_eps, gelu_approximate=gelu_approximate) for i in range(self.num_layers)
+                         norm_eps=norm_eps, gelu_approximate=gelu_approximate,
+                         window_size=window_size if i in self.window_block_indices else 0,
+                         num_prefix_tokens=self.num_prefix_tokens) for i in range(self.num_layers)
         ])
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if final_norm else nn.Identity()
         self.out_indices = self._parse_out_indices(out_indices)
@@ -173,6 +187,27 @@ class ViT(BaseModule):
             parsed.append(real)
         return sorted(set(parsed))
 
+    def _parse_window_blocks(self, window_size, indices):
+        if window_size < 0:
+            raise ValueError(f'window_size must be >= 0 (0 = global attention everywhere), got {window_size}')
+        if not window_size:
+            return ()
+        if indices is None:
+            quarter = max(1, self.num_layers // 4)
+            return tuple(i for i in range(self.num_layers) if (i + 1) % quarter)
+        parsed = tuple(sorted({i + self.num_layers if i < 0 else i for i in indices}))
+        if any(not 0 <= i < self.num_layers for i in parsed):
+            raise ValueError(f'window_block_indices {list(indices)} out of range for {self.num_layers} blocks')
+        return parsed
+
+    def _build_patch_embed(self, in_channels: int) -> nn.Module:
+        """The module turning images into (tokens, grid); subclasses (the hybrid) replace it."""
+        return PatchEmbed(self.patch_size, in_channels, self.embed_dims)
+
+    def _grid_for(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
+        """The patch grid of an image of ``img_size`` (rows, cols)."""
+        return (img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1])
+
     @property
     def patch_grid(self) -> Tuple[int, int]:
         """The (rows, cols) grid the stored position embedding is laid out on."""
@@ -204,10 +239,8 @@ class ViT(BaseModule):
                     nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.normal_(module.bias, std=1e-6)
-        proj = self.patch_embed.proj
-        fan_in = proj.in_channels * proj.kernel_size[0] * proj.kernel_size[1]
-        nn.init.trunc_normal_(proj.weight, std=math.sqrt(1. / fan_in) / .87962566103423978)
-        nn.init.zeros_(proj.bias)
+        lecun_normal_(self.patch_embed.proj.weight)
+        nn.init.zeros_(self.patch_embed.proj.bias)
         nn.init.normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
@@ -215,48 +248,16 @@ class ViT(BaseModule):
     # ------------------------------------------------------------------ loading
     def _resize_pos_embed_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
                                   unexpected_keys, error_msgs):
-        """Load-state-dict pre-hook: adapt an incoming position embedding to this model's grid.
+        """Load-state-dict pre-hook: adapt incoming weights to this model's patch grid and patch size.
 
         Runs on every path that ends in ``load_state_dict`` (``init_cfg`` Pretrained, ``load_from``,
-        ``--resume``, plain calls). The source grid comes from the incoming ``pos_embed_grid`` when the
-        weights were saved by us, otherwise it is inferred (square tables only).
+        ``--resume``, plain calls): resizes ``pos_embed`` (source grid from the incoming
+        ``pos_embed_grid`` when we saved the weights, inferred when square, an error otherwise) with
+        the mode the checkpoint records or else ``pos_embed_load_mode``, resizes a patch kernel of
+        another size, and refuses weights of another architecture. See
+        :func:`vit_plugin.models.load_adapt.adapt_vit_state_dict`.
         """
-        key, grid_key = prefix + 'pos_embed', prefix + 'pos_embed_grid'
-        old_grid = state_dict.get(grid_key)
-        old_grid = tuple(int(v) for v in old_grid.tolist()) if old_grid is not None else None
-        state_dict[grid_key] = self.pos_embed_grid.clone()  # third-party weights carry no grid
-        if key not in state_dict:
-            return
-        table = state_dict[key]
-        if table.dim() == 2:
-            table = table.unsqueeze(0)
-        num_prefix = self.num_prefix_tokens
-        if old_grid is not None:
-            num_prefix = table.shape[1] - old_grid[0] * old_grid[1]
-        elif table.shape[1] != self.pos_embed.shape[1]:
-            # Third-party weights: the number of class tokens may differ from ours (e.g. a gap model).
-            candidates = [self.num_prefix_tokens] + [n for n in (1, 0) if n != self.num_prefix_tokens]
-            for n in candidates:
-                side = math.isqrt(table.shape[1] - n)
-                if side * side == table.shape[1] - n:
-                    num_prefix = n
-                    break
-        old_grid = infer_grid(table.shape[1] - num_prefix, old_grid, what=key)
-        if old_grid == self.patch_grid and num_prefix == self.num_prefix_tokens:
-            state_dict[key] = table
-            return
-        if num_prefix > self.num_prefix_tokens:
-            raise ValueError(f'{key}: the checkpoint has {num_prefix} class/extra token entries but the model '
-                             f'has {self.num_prefix_tokens}; build the model with_cls_token=True, or convert '
-                             f'the checkpoint with tools/convert_checkpoint.py, which drops them explicitly.')
-        if num_prefix < self.num_prefix_tokens:
-            raise ValueError(f'{key}: the checkpoint has no class-token position entry but the model has a '
-                             f'class token; build the model with with_cls_token=False (a gap model).')
-        state_dict[key] = resize_pos_embed(table, self.patch_grid, old_grid, num_prefix, mode=self.pos_embed_load_mode)
-        print_log(f'Resized position embedding "{key}" from a {old_grid[0]}x{old_grid[1]} to a '
-                  f'{self.patch_grid[0]}x{self.patch_grid[1]} patch grid (mode={self.pos_embed_load_mode}, '
-                  f'{num_prefix} class token kept). This is intentional: the weights were trained at a '
-                  f'different resolution or patch size.', logger='current')
+        adapt_vit_state_dict(self, state_dict, prefix)
 
     # ------------------------------------------------------------------ freezing
     def _freeze_stages(self):
@@ -320,9 +321,21 @@ class ViT(BaseModule):
         return resize_pos_embed(self.pos_embed, grid, self.patch_grid, self.num_prefix_tokens,
                                 mode=self.interpolate_mode)
 
-    def embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        """Images (B, C, H, W) -> embedded tokens (B, N, D) with class token and positions, and the grid."""
+    def embed(self, x: torch.Tensor,
+              patch_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+              ) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """Images (B, C, H, W) -> embedded tokens (B, N, D) with class token and positions, and the grid.
+
+        Args:
+            x (Tensor): Images (B, C, H, W).
+            patch_transform (callable, optional): Applied to the patch embeddings (B, h*w, D) before
+                the class token and the position embedding are added; must keep the shape. Masked
+                patch prediction uses it to corrupt patch *embeddings*, as the paper does, so that a
+                replaced patch still carries the position embedding of where it sits. Defaults to None.
+        """
         x, grid = self.patch_embed(self._pad_or_check(x))
+        if patch_transform is not None:
+            x = patch_transform(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.drop_after_pos(x + self._pos_embed_for(grid)), grid
@@ -331,7 +344,7 @@ class ViT(BaseModule):
         """Run embedded tokens through the encoder and format the requested outputs."""
         outs = []
         for i, block in enumerate(self.blocks):
-            x = block(x)
+            x = block(x, grid=grid)
             if i in self.out_indices:
                 tokens = self.norm(x) if i == self.num_layers - 1 else x
                 outs.append(self._format_output(tokens, grid))
@@ -355,17 +368,17 @@ class ViT(BaseModule):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
-        x, _ = self.embed(x)
+        x, grid = self.embed(x)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, grid=grid)
         return self.norm(x)
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Attention weights of every block, each (B, heads, N, N), for analysis tools."""
-        x, _ = self.embed(x)
+        x, grid = self.embed(x)
         maps = []
         for block in self.blocks:
-            x, attn = block(x, return_attention=True)
+            x, attn = block(x, return_attention=True, grid=grid)
             maps.append(attn)
         return maps

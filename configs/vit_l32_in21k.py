@@ -1,0 +1,11 @@
+# ViT-L/32 (307M parameters).
+# Pre-training on ImageNet-21k at 224 px with the paper's recipe (Adam, batch 4096, wd 0.03, dropout
+# 0.1, 10k warm-up steps then linear decay, grad clip 1; Table 3). Train:
+#   bash tools/dist_train.sh configs/vit_l32_in21k.py 8   (batch 4096 via accumulation)
+_base_ = [
+    '_base_/models/vit_l32.py',
+    '_base_/datasets/imagenet21k.py',
+    '_base_/schedules/vit_pretrain_in21k.py',
+    '_base_/default_runtime.py',
+]
+train_dataloader = dict(batch_size=64)  # per device; fits a 16 GB GPU with --amp

@@ -1,0 +1,51 @@
+"""tools/analysis/benchmark.py: its FLOP model and its outputs (a tiny run, not a measurement)."""
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def bench():
+    spec = importlib.util.spec_from_file_location('benchmark', os.path.join(ROOT, 'tools/analysis/benchmark.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flop_model_equals_torch_flop_counter(bench):
+    from timm.models.vision_transformer import VisionTransformer
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    model = VisionTransformer(img_size=64, patch_size=16, embed_dim=192, depth=12, num_heads=3, num_classes=1000)
+    # The math backend spells attention as matmuls, which the counter sees (the fused kernels it does not).
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model.eval()(torch.randn(2, 3, 64, 64))
+    assert counter.get_total_flops() == 2 * bench.vit_flops('ti', 64, 16, 1000)
+
+
+def test_tiny_run_prints_a_table_and_writes_json(bench, tmp_path, capsys):
+    out = tmp_path / 'bench.json'
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(['--arch', 'ti', '--img-size', '32', '--batch', '2', '--repeats', '2', '--iters', '1',
+                             '--warmup', '1', '--models', 'ours', 'timm', '--bf16', 'off', '--threads', '1',
+                             '--matmul-size', '256', '--out', str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads(out.read_text())
+    assert saved['rows'] == json.loads(json.dumps(result['rows']))
+    rows = {(r['model'], r['mode']): r for r in saved['rows']}
+    assert set(rows) == {(m, mode) for m in ('ours', 'timm') for mode in ('infer', 'train')}
+    assert rows['ours', 'infer']['params'] == rows['timm', 'infer']['params']  # identical shapes
+    for row in saved['rows']:
+        assert len(row['times_s']) == 2 and row['img_per_s'] > 0 and row['peak_mb'] > 0
+        flops = bench.vit_flops('ti', 32, 16, 1000) * 2 * (3 if row['mode'] == 'train' else 1)
+        assert row['gflops'] == pytest.approx(flops / (row['ms_per_iter'] / 1e3) / 1e9)
+    assert saved['matmul_gflops']['fp32'] > 0
+    table = capsys.readouterr().out
+    assert 'vs best peer' in table and table.split('vs best peer')[1].count('ours') == 2  # one row per mode

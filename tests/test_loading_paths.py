@@ -1,0 +1,152 @@
+"""A checkpoint trained at one resolution loads into a model at another through every loading path of a
+real mmengine Runner (init_cfg Pretrained, load_from, resume) and plain load_state_dict, with the
+position embedding resized exactly once (counted log lines), and official .npz files load directly."""
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+pytest.importorskip('mmcv')  # mmpretrain's ImageClassifier needs mmcv
+
+from mmengine.runner import Runner  # noqa: E402
+from scipy import ndimage  # noqa: E402
+
+import vit_plugin  # noqa: E402,F401  (what custom_imports=['vit_plugin'] does in a config)
+from _official_npz import official_arrays, save_npz  # noqa: E402
+from vit_plugin.engine.hooks import pos_embed_hooks  # noqa: E402
+from vit_plugin.models import load_adapt  # noqa: E402
+from vit_plugin.models.pos_embed import resize_pos_embed  # noqa: E402
+
+TINY = dict(embed_dims=32, num_layers=2, num_heads=4, mlp_dims=64)
+RESIZED = 'Resized position embedding'
+
+
+class TinyImages(Dataset):
+    """Four random images of ``size`` px with labels, in mmpretrain's data format."""
+
+    def __init__(self, size):
+        from mmpretrain.structures import DataSample
+        g = torch.Generator().manual_seed(0)
+        self.items = [dict(inputs=torch.randint(0, 256, (3, size, size), generator=g, dtype=torch.uint8),
+                           data_samples=DataSample().set_gt_label(i % 3)) for i in range(4)]
+        self.metainfo = dict(classes=('a', 'b', 'c'))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+@pytest.fixture
+def resize_logs(monkeypatch):
+    """Every message the resizing code (backbone pre-hook and runner hook) logs."""
+    lines = []
+    for module in (load_adapt, pos_embed_hooks):
+        def record(msg, *args, _original=module.print_log, **kwargs):
+            lines.append(msg)
+            return _original(msg, *args, **kwargs)
+        monkeypatch.setattr(module, 'print_log', record)
+    return lines
+
+
+def _model(size, init_cfg=None, **backbone):
+    return dict(type='ImageClassifier',
+                backbone=dict(type='vit_plugin.ViT', arch=TINY, img_size=size, patch_size=8, init_cfg=init_cfg,
+                              **backbone),
+                neck=None,
+                head=dict(type='VisionTransformerClsHead', num_classes=3, in_channels=32,
+                          loss=dict(type='CrossEntropyLoss')),
+                data_preprocessor=dict(type='ClsDataPreprocessor', mean=[127.5] * 3, std=[127.5] * 3, num_classes=3))
+
+
+def _runner(work_dir, name, size, iters=1, lr=0., **kwargs):
+    # lr=0 keeps the loaded weights unchanged through the training step, so they can be compared.
+    return Runner(
+        model=kwargs.pop('model', _model(size)), work_dir=str(work_dir / name), experiment_name=name,
+        train_dataloader=dict(dataset=TinyImages(size), sampler=dict(type='DefaultSampler', shuffle=False),
+                              batch_size=2, num_workers=0),
+        train_cfg=dict(by_epoch=False, max_iters=iters),
+        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=lr, weight_decay=0.)),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=1, by_epoch=False),
+                           logger=dict(type='LoggerHook', interval=1)),
+        default_scope='mmpretrain',
+        randomness=dict(seed=0), log_level='WARNING', **kwargs)
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
+    """A 32-px (4x4 grid) runner checkpoint with optimizer state: the '224-px' checkpoint."""
+    work_dir = tmp_path_factory.mktemp('pretrain')
+    runner = _runner(work_dir, 'pretrain', 32, iters=1, lr=1e-3)
+    runner.train()
+    path = str(work_dir / 'pretrain' / 'iter_1.pth')
+    state = torch.load(path, weights_only=False)['state_dict']
+    return path, state
+
+
+def _expected(state, mode='bicubic'):
+    return resize_pos_embed(state['backbone.pos_embed'], (6, 6), (4, 4), 1, mode=mode, compute_dtype=torch.float64)
+
+
+def _pos_embed(runner):
+    return runner.model.backbone.pos_embed.detach().cpu()
+
+
+def test_init_cfg_pretrained(tmp_path, pretrained, resize_logs):
+    path, state = pretrained
+    init_cfg = dict(type='Pretrained', checkpoint=path, prefix='backbone.')
+    runner = _runner(tmp_path, 'init_cfg', 48, model=_model(48, init_cfg=init_cfg))
+    runner.train()
+    assert sum(RESIZED in line for line in resize_logs) == 1
+    assert torch.equal(_pos_embed(runner), _expected(state))
+
+
+@pytest.mark.parametrize('with_hook', [False, True])
+def test_load_from(tmp_path, pretrained, resize_logs, with_hook):
+    path, state = pretrained
+    hooks = [dict(type='vit_plugin.PosEmbedResizeHook')] if with_hook else None
+    runner = _runner(tmp_path, f'load_from{with_hook}', 48, load_from=path, custom_hooks=hooks)
+    runner.train()
+    assert sum(RESIZED in line for line in resize_logs) == 1
+    assert torch.equal(_pos_embed(runner), _expected(state))
+
+
+def test_resume_resets_optimizer_state_of_resized_tensors(tmp_path, pretrained, resize_logs):
+    path, state = pretrained
+    runner = _runner(tmp_path, 'resume', 48, iters=2, lr=1e-3, load_from=path, resume=True,
+                     custom_hooks=[dict(type='vit_plugin.PosEmbedResizeHook')])
+    runner.train()  # continues at iteration 1 with Adam state for every tensor except pos_embed
+    assert runner.iter == 2
+    assert sum(RESIZED in line for line in resize_logs) == 1
+    assert sum('reset the optimizer state of "backbone.pos_embed"' in line for line in resize_logs) == 1
+    optimizer = runner.optim_wrapper.optimizer
+    assert optimizer.state[runner.model.backbone.pos_embed]['step'].item() == 1  # fresh state, one step
+    assert optimizer.state[runner.model.backbone.cls_token]['step'].item() == 2  # resumed state
+
+
+def test_plain_load_state_dict(pretrained, resize_logs):
+    from mmpretrain.registry import MODELS
+    _, state = pretrained
+    model = MODELS.build(_model(48))
+    model.load_state_dict(state, strict=True)
+    assert sum(RESIZED in line for line in resize_logs) == 1
+    assert torch.equal(model.backbone.pos_embed.detach(), _expected(state))
+
+
+def test_official_npz_through_load_from_and_init_cfg(tmp_path, resize_logs):
+    arrays = official_arrays(classes=3)
+    npz = save_npz(tmp_path / 'ViT-tiny.npz', arrays)
+    table = arrays['Transformer/posembed_input/pos_embedding'][0, 1:].reshape(4, 4, 32)
+    ref = ndimage.zoom(table, (1.5, 1.5, 1), order=1)  # what the official loader does
+    model = _model(48, gelu_approximate='tanh')
+    runner = _runner(tmp_path, 'npz_load_from', 48, model=model, load_from=npz)
+    runner.train()
+    np.testing.assert_allclose(_pos_embed(runner)[0, 1:].reshape(6, 6, 32).numpy(), ref, atol=1e-6)
+    head = runner.model.head.layers.head.weight.detach()
+    assert torch.equal(head, torch.from_numpy(arrays['head/kernel'].T.copy()))
+    init_cfg = dict(type='Pretrained', checkpoint=npz, prefix='backbone.')
+    runner = _runner(tmp_path, 'npz_init_cfg', 48, model=_model(48, init_cfg=init_cfg, gelu_approximate='tanh'))
+    runner.train()
+    np.testing.assert_allclose(_pos_embed(runner)[0, 1:].reshape(6, 6, 32).numpy(), ref, atol=1e-6)
+    assert sum(RESIZED in line and 'mode=official' in line for line in resize_logs) == 2  # once per path

@@ -1,0 +1,271 @@
+"""Throughput and peak memory of vit_plugin's ViT against timm's and mmpretrain's, in one process.
+
+For every requested arch the three models are built with identical shapes (a ViT backbone plus a
+linear classifier on the class token), then timed in turns: each repeat runs every model once
+(inference, then a training step: forward + cross-entropy + backward + AdamW step) so that load from
+other processes hits all of them alike, and the median over repeats is reported. The machine's matmul
+GFLOP/s is measured in the same process and each model's achieved GFLOP/s (analytic FLOPs of the
+architecture / time) is printed as a fraction of it. On CPUs with AVX512-BF16 (or AMX-BF16) bf16
+autocast inference is reported as well.
+
+Example::
+
+    python tools/analysis/benchmark.py --arch s b --batch 8 --img-size 224 --threads 2 \
+        --out work_dirs/benchmark/vit_cpu.json
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ARCHS = {  # paper Table 1, plus Ti/S (name: embed dims, layers, heads, MLP dims)
+    'ti': (192, 12, 3, 768),
+    's': (384, 12, 6, 1536),
+    'b': (768, 12, 12, 3072),
+    'l': (1024, 24, 16, 4096),
+    'h': (1280, 32, 16, 5120),
+}
+MODELS = ('ours', 'timm', 'mmpretrain')
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--arch', nargs='+', default=['s', 'b'], choices=sorted(ARCHS))
+    parser.add_argument('--patch-size', type=int, default=16)
+    parser.add_argument('--img-size', type=int, default=224)
+    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--num-classes', type=int, default=1000)
+    parser.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16'],
+                        help='fp32, or bf16 autocast for every timed run. Default: fp32.')
+    parser.add_argument('--threads', type=int, default=2, help='torch intra-op threads. Default: 2.')
+    parser.add_argument('--repeats', type=int, default=5, help='timed rounds per model (median). Default: 5.')
+    parser.add_argument('--iters', type=int, default=3, help='iterations per timed round. Default: 3.')
+    parser.add_argument('--warmup', type=int, default=2, help='untimed iterations per model. Default: 2.')
+    parser.add_argument('--modes', nargs='+', default=['infer', 'train'], choices=['infer', 'train'])
+    parser.add_argument('--models', nargs='+', default=list(MODELS), choices=MODELS)
+    parser.add_argument('--bf16', default='auto', choices=['auto', 'on', 'off'],
+                        help='extra bf16-autocast inference rows: auto = when the CPU has AVX512-BF16.')
+    parser.add_argument('--no-memory', action='store_true', help='skip the (slow) peak-memory pass.')
+    parser.add_argument('--matmul-size', type=int, default=2048,
+                        help='side of the square matmul that measures the peak. Default: 2048.')
+    parser.add_argument('--out', default='work_dirs/benchmark/benchmark.json', help='JSON output path.')
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------- machine
+def cpu_flags() -> set:
+    """CPU feature flags from /proc/cpuinfo (empty where unavailable)."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('flags'):
+                    return set(line.split(':', 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def has_bf16(flags: set) -> bool:
+    return bool({'avx512_bf16', 'amx_bf16'} & flags)
+
+
+def wants_bf16(args, flags: set) -> bool:
+    """Whether bf16 numbers are reported: asked for, or 'auto' on a CPU with native bf16."""
+    return args.dtype == 'bf16' or args.bf16 == 'on' or (args.bf16 == 'auto' and has_bf16(flags))
+
+
+def matmul_gflops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of a square ``size`` matmul with the current thread setting."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    out = torch.empty(size, size, dtype=dtype)
+    for _ in range(2):
+        torch.mm(a, b, out=out)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times) / 1e9
+
+
+# ---------------------------------------------------------------------------------------- models
+def vit_flops(arch: str, img_size: int, patch: int, num_classes: int) -> float:
+    """Forward FLOPs (2 x multiply-adds) of the matmuls/convs of a class-token ViT, per image."""
+    dims, layers, _, mlp = ARCHS[arch]
+    patches = (img_size // patch)**2
+    tokens = patches + 1
+    embed = 2 * patches * 3 * patch * patch * dims
+    block = 2 * tokens * dims * (3 * dims + dims + 2 * mlp) + 2 * 2 * tokens * tokens * dims
+    return embed + layers * block + 2 * dims * num_classes
+
+
+class Classifier(nn.Module):
+    """A backbone returning a tuple whose last entry is the class token, plus a linear head."""
+
+    def __init__(self, backbone: nn.Module, dims: int, num_classes: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(dims, num_classes)
+
+    def forward(self, x):
+        return self.head(self.backbone(x)[-1])
+
+
+def build_model(name: str, arch: str, args) -> nn.Module:
+    dims, layers, heads, mlp = ARCHS[arch]
+    if name == 'ours':
+        from vit_plugin.models.backbones import ViT
+        backbone = ViT(arch=dict(embed_dims=dims, num_layers=layers, num_heads=heads, mlp_dims=mlp),
+                       img_size=args.img_size, patch_size=args.patch_size)
+        backbone.init_weights()
+        return Classifier(backbone, dims, args.num_classes)
+    if name == 'timm':
+        from timm.models.vision_transformer import VisionTransformer
+        return VisionTransformer(img_size=args.img_size, patch_size=args.patch_size, embed_dim=dims, depth=layers,
+                                 num_heads=heads, mlp_ratio=mlp / dims, num_classes=args.num_classes)
+    from mmengine.logging import MMLogger
+    from mmpretrain.models.backbones import VisionTransformer
+    backbone = VisionTransformer(
+        arch=dict(embed_dims=dims, num_layers=layers, num_heads=heads, feedforward_channels=mlp),
+        img_size=args.img_size, patch_size=args.patch_size, out_type='cls_token')
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel('WARNING')  # init_weights logs one line per parameter
+    backbone.init_weights()
+    logger.setLevel(level)
+    return Classifier(backbone, dims, args.num_classes)
+
+
+# ---------------------------------------------------------------------------------------- timing
+def make_step(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, autocast: bool) -> Callable:
+    if mode == 'infer':
+        model.eval()
+
+        def step():
+            with torch.inference_mode(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+                model(x)
+        return step
+    model.train()
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        optim.zero_grad(set_to_none=True)
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optim.step()
+    return step
+
+
+def peak_memory_mb(step: Callable) -> float:
+    """Peak bytes allocated by torch during one call of ``step`` (CPU allocator events), in MiB."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
+    level = peak = 0
+    for event in events:
+        level += event.cpu_memory_usage
+        peak = max(peak, level)
+    return peak / 2**20
+
+
+def run_arch(arch: str, args, flags: set) -> List[Dict]:
+    x = torch.randn(args.batch, 3, args.img_size, args.img_size)
+    y = torch.randint(0, args.num_classes, (args.batch, ))
+    models, notes = {}, {}
+    for name in args.models:
+        try:
+            torch.manual_seed(0)
+            models[name] = build_model(name, arch, args)
+        except ImportError as err:  # a peer that is not installed is reported, not fatal
+            notes[name] = f'not available: {err}'
+    params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    configs = [(mode, args.dtype == 'bf16') for mode in args.modes]
+    if wants_bf16(args, flags) and args.dtype == 'fp32' and 'infer' in args.modes:
+        configs.append(('infer', True))
+    rows = []
+    for mode, autocast in configs:
+        steps = {name: make_step(m, mode, x, y, autocast) for name, m in models.items()}
+        for step in steps.values():
+            for _ in range(args.warmup):
+                step()
+        times = {name: [] for name in steps}
+        for _ in range(args.repeats):  # interleaved: every round times every model once
+            for name, step in steps.items():
+                start = time.perf_counter()
+                for _ in range(args.iters):
+                    step()
+                times[name].append((time.perf_counter() - start) / args.iters)
+        flops = vit_flops(arch, args.img_size, args.patch_size, args.num_classes) * args.batch
+        if mode == 'train':
+            flops *= 3  # backward costs two forwards (grads w.r.t. inputs and weights)
+        for name, step in steps.items():
+            median = statistics.median(times[name])
+            print(f'  {arch} {mode} {"bf16-autocast" if autocast else "fp32"} {name}: {args.batch / median:.3f} img/s',
+                  flush=True)
+            rows.append(dict(arch=arch, model=name, mode=mode, dtype='bf16-autocast' if autocast else 'fp32',
+                             params=params[name], img_per_s=args.batch / median, ms_per_iter=median * 1e3,
+                             times_s=times[name], gflops=flops / median / 1e9,
+                             peak_mb=None if args.no_memory else peak_memory_mb(step)))
+    for name, note in notes.items():
+        rows.append(dict(arch=arch, model=name, note=note))
+    return rows
+
+
+def print_table(rows: List[Dict], peaks: Dict[str, float]):
+    header = f"{'arch':<5}{'mode':<7}{'dtype':<15}{'model':<12}{'img/s':>9}{'ms/iter':>10}{'GFLOP/s':>10}" \
+             f"{'of peak':>9}{'peak MiB':>10}{'vs best peer':>14}"
+    print(header)
+    print('-' * len(header))
+    for row in rows:
+        if 'note' in row:
+            print(f"{row['arch']:<5}{row['model']:<12}{row['note']}")
+            continue
+        peak = peaks['bf16' if row['dtype'] != 'fp32' else 'fp32'] or float('nan')
+        peers = [r['img_per_s'] for r in rows if 'note' not in r and r['model'] != 'ours'
+                 and (r['arch'], r['mode'], r['dtype']) == (row['arch'], row['mode'], row['dtype'])]
+        ratio = f"{row['img_per_s'] / max(peers):.3f}" if row['model'] == 'ours' and peers else ''
+        mem = f"{row['peak_mb']:.0f}" if row['peak_mb'] is not None else '-'
+        print(f"{row['arch']:<5}{row['mode']:<7}{row['dtype']:<15}{row['model']:<12}{row['img_per_s']:>9.1f}"
+              f"{row['ms_per_iter']:>10.1f}{row['gflops']:>10.1f}{row['gflops'] / peak:>9.2f}{mem:>10}{ratio:>14}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    flags = cpu_flags()
+    peaks = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}
+    peaks['bf16'] = matmul_gflops(torch.bfloat16, args.matmul_size) if wants_bf16(args, flags) else None
+    rows = []
+    for arch in args.arch:
+        rows.extend(run_arch(arch, args, flags))
+    peaks_after = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}  # load may change while we run: report both
+    print(f'torch {torch.__version__}, {args.threads} threads, batch {args.batch}, {args.img_size} px, '
+          f'patch {args.patch_size}; matmul peak fp32 {peaks["fp32"]:.1f} GFLOP/s (after: '
+          f'{peaks_after["fp32"]:.1f}), bf16 {peaks["bf16"] or float("nan"):.1f}; AVX512-BF16: {has_bf16(flags)}')
+    print_table(rows, peaks)
+    result = dict(argv=sys.argv[1:] if argv is None else argv, torch=torch.__version__, python=platform.python_version(),
+                  cpu=platform.processor() or platform.machine(), threads=args.threads, batch=args.batch,
+                  img_size=args.img_size, patch_size=args.patch_size, avx512_bf16=has_bf16(flags),
+                  matmul_gflops=peaks, matmul_gflops_after=peaks_after, rows=rows)
+    out_dir = os.path.dirname(args.out)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, 'w') as f:
+        json.dump(result, f, indent=1)
+    print(f'wrote {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,152 @@
+"""Training-step time and peak memory of the ViT Mask R-CNN, with/without activation checkpointing
+and with/without windowed attention.
+
+Each variant runs in its own subprocess, so its peak resident memory (``ru_maxrss``) is its own; the
+table reports the peak and the growth over the resident size after the model and optimiser were
+built (activations, gradients and optimiser state of a training step). A training step is mmengine's
+``model.train_step``: data preprocessing, forward with losses, backward, AdamW step (layer-decay
+constructor). Inputs are random images of the given size with a few random boxes and masks.
+
+Example::
+
+    python tools/analysis/benchmark_detection.py --arch b --img-size 512 --steps 3 --threads 2 \
+        --out work_dirs/benchmark/detection_cpu.json
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+CONFIG = osp.join(ROOT, 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
+VARIANTS = [  # (name, with_cp, window_size)
+    ('global attention', False, 0),
+    ('global attention + checkpointing', True, 0),
+    ('windowed (14) attention', False, 14),
+    ('windowed (14) attention + checkpointing', True, 14),
+]
+WIDTHS = {'ti': 192, 's': 384, 'b': 768, 'l': 1024, 'h': 1280}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--arch', default='b', choices=sorted(WIDTHS), help='ViT arch (default b)')
+    parser.add_argument('--img-size', type=int, default=512, help='square input side (default 512)')
+    parser.add_argument('--batch', type=int, default=1, help='images per step (default 1)')
+    parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up (default 3)')
+    parser.add_argument('--threads', type=int, default=None, help='torch threads (default: torch default)')
+    parser.add_argument('--out', default=None, help='also write the results as json here')
+    parser.add_argument('--variant', type=int, default=None, help=argparse.SUPPRESS)  # internal: run one
+    return parser.parse_args(argv)
+
+
+def _rss_mib() -> float:
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+
+
+def _batch(args):
+    import torch
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+
+    gen = torch.Generator().manual_seed(0)
+    size = args.img_size
+    inputs, samples = [], []
+    for _ in range(args.batch):
+        inputs.append(torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=gen))
+        xy = torch.rand(4, 2, generator=gen) * size * 0.6
+        wh = torch.rand(4, 2, generator=gen) * size * 0.3 + 16
+        boxes = torch.cat([xy, xy + wh], 1)
+        masks = np.zeros((4, size, size), dtype=np.uint8)
+        for i, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
+            masks[i, y0:y1, x0:x1] = 1
+        sample = DetDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size), pad_shape=(size, size),
+                                             scale_factor=(1., 1.), batch_input_shape=(size, size)))
+        sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.randint(0, 80, (4, ), generator=gen),
+                                           masks=BitmapMasks(masks, size, size))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def run_variant(args) -> dict:
+    """Build one variant, time its training steps, report its memory (runs in a subprocess)."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    import vit_plugin  # noqa: F401  (registers our components)
+    from mmdet.registry import MODELS
+    from mmengine.optim import build_optim_wrapper
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    name, with_cp, window = VARIANTS[args.variant]
+    cfg = Config.fromfile(CONFIG)
+    init_default_scope('mmdet')
+    width = WIDTHS[args.arch]
+    cfg.model.backbone.update(arch=args.arch, img_size=args.img_size, with_cp=with_cp, window_size=window,
+                              init_cfg=None)
+    cfg.model.neck.in_channels = width
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    model.train()
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    data = _batch(args)
+    base_rss = _rss_mib()
+    times = []
+    for step in range(args.steps + 1):
+        start = time.perf_counter()
+        losses = model.train_step(data, optim_wrapper)
+        elapsed = time.perf_counter() - start
+        if step:  # the first step warms up allocators and kernels
+            times.append(elapsed)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    return dict(variant=name, with_cp=with_cp, window_size=window, step_s=statistics.median(times),
+                peak_rss_mib=peak, step_mem_mib=peak - base_rss,
+                loss=float(sum(v for k, v in losses.items() if 'loss' in k)), threads=torch.get_num_threads())
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.variant is not None:
+        print('RESULT ' + json.dumps(run_variant(args)))
+        return
+    results = []
+    for index in range(len(VARIANTS)):
+        cmd = [sys.executable, osp.abspath(__file__), '--variant', str(index), '--arch', args.arch,
+               '--img-size', str(args.img_size), '--batch', str(args.batch), '--steps', str(args.steps)]
+        if args.threads:
+            cmd += ['--threads', str(args.threads)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')))
+        lines = [line for line in proc.stdout.splitlines() if line.startswith('RESULT ')]
+        if proc.returncode or not lines:
+            sys.exit(f'variant {VARIANTS[index][0]!r} failed:\n{proc.stderr[-3000:]}')
+        results.append(json.loads(lines[-1][len('RESULT '):]))
+        r = results[-1]  # printed as it completes, so a long run that is interrupted keeps its rows
+        print(f'{r["variant"]:<42} step {r["step_s"]:.2f} s, peak RSS {r["peak_rss_mib"]:.0f} MiB, '
+              f'step memory {r["step_mem_mib"]:.0f} MiB', flush=True)
+    print(f'\nViT-{args.arch.upper()}/16 Mask R-CNN (simple feature pyramid), {args.batch} x {args.img_size}x'
+          f'{args.img_size}, CPU {platform.processor() or platform.machine()}, {results[0]["threads"]} threads\n')
+    print('| variant | step time (s) | peak RSS (MiB) | step memory (MiB) |')
+    print('|---|---|---|---|')
+    for r in results:
+        print(f'| {r["variant"]} | {r["step_s"]:.2f} | {r["peak_rss_mib"]:.0f} | {r["step_mem_mib"]:.0f} |')
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump(dict(arch=args.arch, img_size=args.img_size, batch=args.batch, results=results), f, indent=2)
+
+
+if __name__ == '__main__':
+    main()

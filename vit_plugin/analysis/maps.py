@@ -1,0 +1,143 @@
+"""The quantities behind the paper's Figures 6 and 7, computed from a ViT's weights and attention.
+
+* :func:`patch_embedding_components` - principal components of the patch-embedding filters (Fig. 7 left);
+* :func:`pos_embed_similarity` - cosine similarity between position embeddings (Fig. 7 centre);
+* :func:`mean_attention_distance` - attention-weighted distance in pixels per head (Fig. 7 right);
+* :func:`attention_rollout` / :func:`rollout_to_map` - attention from the output token to the input
+  (Fig. 6), with Abnar & Zuidema's (2020) rollout, the method the paper's Appendix D.7 uses.
+"""
+from typing import List, Sequence, Tuple
+
+import torch
+
+
+def patch_embedding_components(weight: torch.Tensor, num_components: int = 28) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Top principal components of the patch-embedding filters.
+
+    Each of the D filters (C, ph, pw) is a point in C*ph*pw dimensions; the principal directions of
+    that point cloud (filters centred on their mean) are the "basis functions" the paper shows.
+
+    Args:
+        weight (Tensor): The patch-embedding kernel (D, C, ph, pw) (``patch_embed.proj.weight``).
+        num_components (int): How many components to return (at most min(D, C*ph*pw)). Defaults to
+            28, as in the paper's figure.
+
+    Returns:
+        tuple: components (k, C, ph, pw) with unit norm (sign is arbitrary), and the fraction of the
+        filters' variance each explains (k,).
+    """
+    if weight.dim() != 4:
+        raise ValueError(f'expected a convolution kernel (D, C, ph, pw), got shape {tuple(weight.shape)}')
+    filters = weight.detach().double().flatten(1)
+    filters = filters - filters.mean(0, keepdim=True)
+    _, s, vh = torch.linalg.svd(filters, full_matrices=False)
+    k = min(num_components, vh.shape[0])
+    variance = s**2
+    explained = variance / variance.sum().clamp_min(1e-300)
+    return vh[:k].reshape(k, *weight.shape[1:]).float(), explained[:k].float()
+
+
+def pos_embed_similarity(pos_embed: torch.Tensor, grid: Sequence[int], num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Cosine similarity of every patch position's embedding to every other one.
+
+    Args:
+        pos_embed (Tensor): (1, prefix + rows*cols, D) or (prefix + rows*cols, D).
+        grid (tuple[int, int]): (rows, cols) of the patch grid the table is laid out on.
+        num_prefix_tokens (int): Leading class/extra entries to skip. Defaults to 1.
+
+    Returns:
+        Tensor: (rows, cols, rows, cols); ``[i, j]`` is the similarity map of position (i, j).
+    """
+    table = pos_embed.detach().float().reshape(-1, pos_embed.shape[-1])[num_prefix_tokens:]
+    rows, cols = int(grid[0]), int(grid[1])
+    if table.shape[0] != rows * cols:
+        raise ValueError(f'the position embedding has {table.shape[0]} patch entries, but a {rows}x{cols} grid '
+                         f'needs {rows * cols}; check num_prefix_tokens and the grid')
+    unit = torch.nn.functional.normalize(table, dim=1)
+    return (unit @ unit.T).reshape(rows, cols, rows, cols)
+
+
+def patch_distances(grid: Sequence[int], patch_px: Sequence[float]) -> torch.Tensor:
+    """Euclidean distance in pixels between the centres of every pair of patches, (P, P)."""
+    rows, cols = int(grid[0]), int(grid[1])
+    ys, xs = torch.meshgrid(torch.arange(rows, dtype=torch.float64) * float(patch_px[0]),
+                            torch.arange(cols, dtype=torch.float64) * float(patch_px[1]), indexing='ij')
+    centres = torch.stack([ys.flatten(), xs.flatten()], dim=1)
+    return torch.cdist(centres, centres)
+
+
+def mean_attention_distance(attn: torch.Tensor, grid: Sequence[int], patch_px: Sequence[float],
+                            num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Attention distance of every head: the attention-weighted mean distance between query and key.
+
+    Only patch-to-patch attention has a position in image space, so the class/extra tokens are
+    dropped as queries and keys and each query's weights over the patches are renormalised to sum to
+    one; the distance is then averaged over all query patches. This is the paper's analogue of a
+    receptive-field size.
+
+    Args:
+        attn (Tensor): Attention weights (B, heads, N, N) of one layer, rows summing to 1.
+        grid (tuple[int, int]): Patch grid (rows, cols) with N = prefix + rows*cols.
+        patch_px (tuple[float, float]): Pixel height and width of one patch (the image size divided by
+            the grid, which also covers hybrid models whose "patches" are ResNet feature cells).
+        num_prefix_tokens (int): Leading non-patch tokens. Defaults to 1.
+
+    Returns:
+        Tensor: (B, heads) mean attention distance in pixels, float64.
+    """
+    p = num_prefix_tokens
+    rows, cols = int(grid[0]), int(grid[1])
+    if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2] or attn.shape[-1] != p + rows * cols:
+        raise ValueError(f'expected attention (B, heads, N, N) with N = {p} + {rows}*{cols}, got {tuple(attn.shape)}')
+    weights = attn.detach().double()[:, :, p:, p:]
+    weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-12)
+    dist = patch_distances(grid, patch_px).to(weights.device)
+    return (weights * dist).sum(-1).mean(-1)
+
+
+def attention_rollout(attentions: Sequence[torch.Tensor], residual: bool = True,
+                      head_fusion: str = 'mean') -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each input token flows into each output.
+
+    Per layer the heads are fused, the residual connection is accounted for as ``0.5 * A + 0.5 * I``
+    (with ``residual``), rows are renormalised, and the layers' matrices are multiplied from the first
+    to the last: ``R = A_L ... A_2 A_1``.
+
+    Args:
+        attentions (Sequence[Tensor]): Attention weights of each layer, (B, heads, N, N), first layer first.
+        residual (bool): Mix in the identity for the residual path. Defaults to True.
+        head_fusion (str): 'mean', 'max' or 'min' over heads. Defaults to 'mean'.
+
+    Returns:
+        Tensor: (B, N, N) rollout; row i is how much every input token contributes to output token i.
+    """
+    if not attentions:
+        raise ValueError('attention rollout needs the attention maps of at least one layer')
+    fuse = {'mean': lambda a: a.mean(1), 'max': lambda a: a.amax(1), 'min': lambda a: a.amin(1)}
+    if head_fusion not in fuse:
+        raise ValueError(f"head_fusion must be one of {sorted(fuse)}, got {head_fusion!r}")
+    rollout = None
+    for attn in attentions:
+        a = fuse[head_fusion](attn.detach().double())
+        if residual:
+            a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+        a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+        rollout = a if rollout is None else a @ rollout
+    return rollout
+
+
+def rollout_to_map(rollout: torch.Tensor, grid: Sequence[int], num_prefix_tokens: int = 1) -> torch.Tensor:
+    """The output token's rollout over the patches, as (B, rows, cols) maps.
+
+    With a class token the output token is the class token (row 0); without one (a 'gap' model) the
+    output is the mean of the patch tokens, so the rows of all patches are averaged.
+    """
+    p = num_prefix_tokens
+    rows = rollout[:, 0, p:] if p > 0 else rollout[:, p:, p:].mean(1)
+    return rows.reshape(rollout.shape[0], int(grid[0]), int(grid[1]))
+
+
+def stack_attention_distances(attentions: List[torch.Tensor], grid, patch_px,
+                              num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Mean attention distance per layer and head, averaged over the batch: (layers, heads)."""
+    return torch.stack([mean_attention_distance(a, grid, patch_px, num_prefix_tokens).mean(0) for a in attentions])

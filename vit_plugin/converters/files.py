@@ -1,0 +1,204 @@
+"""Whole-file conversion behind ``tools/convert_checkpoint.py``: read, convert, check, write atomically."""
+import os
+import os.path as osp
+import tempfile
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from ..checkpoint import safe_torch_load
+from ..models.load_adapt import MODE_KEY, decode_resize_mode, encode_resize_mode
+from ..models.patch_resize import resize_patch_embed
+from ..models.pos_embed import infer_grid, resize_pos_embed, to_2tuple
+from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
+from .jax_npz import convert_jax_vit, read_npz
+from .torch_formats import detect_torch_format, mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm
+from .transfer import finetune_transfer
+
+SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'vit_plugin')
+DST_FORMATS = ('vit_plugin', 'timm', 'mmpretrain')
+
+
+def _torch_arch(state_dict: Dict[str, torch.Tensor], bp: str) -> Dict[str, Any]:
+    """Width, depth, MLP width and patch size read from our state dict's shapes."""
+    depth = 0
+    while f'{bp}blocks.{depth}.norm1.weight' in state_dict:
+        depth += 1
+    pos = state_dict.get(bp + 'pos_embed')
+    fc1 = state_dict.get(bp + 'blocks.0.mlp.fc1.weight')
+    kernel = state_dict.get(bp + 'patch_embed.proj.weight')
+    return dict(embed_dims=None if pos is None else pos.shape[-1], num_layers=depth,
+                mlp_dims=None if fc1 is None else fc1.shape[0],
+                patch_size=None if kernel is None else tuple(kernel.shape[-2:]),
+                keys=dict(embed_dims=bp + 'pos_embed', num_layers=bp + 'blocks.*',
+                          mlp_dims=bp + 'blocks.0.mlp.fc1.weight'))
+
+
+def check_arch(arch: str, found: Dict[str, Any], source: str) -> None:
+    """Raise if the converted weights are not of the ``arch`` the user expects (e.g. 'b', 'large')."""
+    from ..models import ViT
+    expected = ViT.arch_zoo.get(arch.lower())
+    if expected is None:
+        raise ConversionError(f'--arch {arch!r} is not one of {sorted(set(ViT.arch_zoo))}')
+    for name in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims'):
+        if found.get(name) is not None and found[name] != expected[name]:
+            key = found.get('keys', {}).get(name, '?')
+            raise ConversionError(
+                f'{source} is not a ViT-{arch}: it has {name}={found[name]} (from {key!r}) where ViT-{arch} '
+                f'has {expected[name]}. It is the file of another model: pick the ViT-{arch} file, or drop '
+                f'--arch to convert this one as what it is.')
+
+
+def _resize_to(state_dict, bp: str, img_size, patch_size, reduction: int, report: ConversionReport,
+               mode: Optional[str]) -> None:
+    key = bp + 'pos_embed'
+    table, grid_t = state_dict[key], state_dict.get(bp + 'pos_embed_grid')
+    img_size = to_2tuple(img_size)
+    new = (img_size[0] // (patch_size[0] * reduction), img_size[1] // (patch_size[1] * reduction))
+    with_cls = bp + 'cls_token' in state_dict
+    old = infer_grid(table.shape[1] - int(with_cls), None if grid_t is None else grid_t.tolist(), key)
+    if mode is None:
+        mode = decode_resize_mode(state_dict[bp + MODE_KEY]) if bp + MODE_KEY in state_dict else 'bicubic'
+    if old != new:
+        state_dict[key] = resize_pos_embed(table, new, old, int(with_cls), mode=mode, compute_dtype=torch.float64)
+        report.resized.append(f'{key}: {old[0]}x{old[1]} -> {new[0]}x{new[1]} patch grid (mode={mode})')
+    state_dict[bp + 'pos_embed_grid'] = torch.tensor(new, dtype=torch.long)
+
+
+def convert_checkpoint_file(src: str,
+                            dst: str,
+                            src_format: str = 'auto',
+                            dst_format: str = 'vit_plugin',
+                            arch: Optional[str] = None,
+                            backbone_only: bool = False,
+                            num_classes: Optional[int] = None,
+                            keep_pre_logits: bool = False,
+                            img_size: Optional[Sequence[int]] = None,
+                            patch_size: Optional[Sequence[int]] = None,
+                            pos_embed_grid: Optional[Sequence[int]] = None,
+                            pos_embed_mode: Optional[str] = None,
+                            allow_unknown: bool = False,
+                            allow_missing: bool = False,
+                            show_progress: bool = True) -> Tuple[ConversionReport, Dict[str, Any]]:
+    """Convert ``src`` to ``dst`` (see ``tools/convert_checkpoint.py --help`` for the options).
+
+    Everything is checked before anything is written, and ``dst`` is written to a temporary file in
+    the same directory and renamed into place, so a failure never leaves a partial ``dst``.
+
+    Returns:
+        tuple: (:class:`ConversionReport`, meta dict stored with the weights, incl. ``model_cfg``).
+    """
+    if osp.realpath(src) == osp.realpath(dst):
+        raise ConversionError(f'refusing to overwrite the source {src!r}; choose another DST')
+    if src_format not in SRC_FORMATS or dst_format not in DST_FORMATS:
+        raise ConversionError(f'--src-format must be one of {SRC_FORMATS} and --dst-format one of {DST_FORMATS}')
+    if src_format == 'auto':
+        src_format = 'jax' if src.lower().endswith('.npz') else 'torch'
+    meta: Dict[str, Any] = dict(source=osp.basename(src))
+    bp = BACKBONE_PREFIX
+    reduction = 1
+    if src_format == 'jax':
+        arrays = read_npz(src)
+        try:
+            state_dict, report, info = convert_jax_vit(arrays, source=src, pos_embed_grid=pos_embed_grid,
+                                                       show_progress=show_progress
+                                                       and osp.getsize(src) >= PROGRESS_MIN_BYTES)
+        finally:
+            arrays.close()
+        found = {k: info[k] for k in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims')}
+        block = info['prefix'] + ('Transformer/encoderblock/' if info['scanned'] else 'Transformer/encoderblock_0/')
+        found['keys'] = dict(embed_dims=info['prefix'] + 'embedding/kernel',
+                             num_layers=info['prefix'] + 'Transformer/encoderblock*',
+                             num_heads=block + 'MultiHeadDotProductAttention_*/query/kernel',
+                             mlp_dims=block + 'MlpBlock_*/Dense_0/kernel')
+        meta.update(source_format='official-jax-npz', model_cfg=info['model_cfg'])
+        reduction = info['reduction']
+    else:
+        raw = unwrap_state_dict(safe_torch_load(src), source=src)
+        if src_format == 'torch':
+            try:
+                src_format = detect_torch_format(raw)
+            except ValueError as err:
+                raise ConversionError(f'{src}: {err}') from None
+        if src_format == 'timm':
+            state_dict, report = timm_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+        elif src_format == 'mmpretrain':
+            state_dict, report = mmpretrain_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+        else:  # ours: a whole classifier, or a bare backbone that gets the whole-classifier prefix
+            raw = strip_prefix(raw, ('module.', ))
+            if not any(k.startswith(bp) for k in raw):
+                raw = {bp + k: v for k, v in raw.items()}
+            state_dict, report = raw, ConversionReport(source=src, loaded=list(raw))
+        found = _torch_arch(state_dict, bp)
+        meta.update(source_format=src_format)
+    if arch:
+        check_arch(arch, found, src)
+    report.check(allow_unknown, allow_missing,
+                 hint='If the file is of another kind, set --src-format (jax, timm, mmpretrain).')
+    if bp + 'pos_embed' not in state_dict and not allow_missing:
+        raise ConversionError(f'{src}: no position embedding found ({bp}pos_embed); not a ViT checkpoint')
+    kernel_key = bp + 'patch_embed.proj.weight'
+    if patch_size is not None and kernel_key in state_dict:
+        old_kernel = state_dict[kernel_key]
+        patch_size = to_2tuple(patch_size)
+        if tuple(old_kernel.shape[-2:]) != patch_size:
+            if img_size is None:  # keep the resolution, so the grid follows the new patch size
+                grid = state_dict[bp + 'pos_embed_grid'].tolist() if bp + 'pos_embed_grid' in state_dict else \
+                    infer_grid(state_dict[bp + 'pos_embed'].shape[1] - int(bp + 'cls_token' in state_dict))
+                img_size = (grid[0] * old_kernel.shape[-2] * reduction, grid[1] * old_kernel.shape[-1] * reduction)
+            state_dict[kernel_key] = resize_patch_embed(old_kernel, patch_size)
+            report.resized.append(f'{kernel_key}: {old_kernel.shape[-2]}x{old_kernel.shape[-1]} -> '
+                                  f'{patch_size[0]}x{patch_size[1]} kernel (FlexiViT pseudo-inverse)')
+            if 'model_cfg' in meta:
+                meta['model_cfg']['patch_size'] = patch_size
+    if img_size is not None:
+        kernel = state_dict[kernel_key]
+        _resize_to(state_dict, bp, img_size, tuple(kernel.shape[-2:]), reduction, report, pos_embed_mode)
+        if 'model_cfg' in meta:
+            meta['model_cfg']['img_size'] = to_2tuple(img_size)
+    if pos_embed_mode is not None:
+        state_dict[bp + MODE_KEY] = encode_resize_mode(pos_embed_mode)
+    if num_classes is not None:
+        state_dict, report = finetune_transfer(state_dict, num_classes, keep_pre_logits, report=report)
+    if backbone_only:
+        out = {}
+        for key, value in state_dict.items():
+            if key.startswith(bp):
+                out[key[len(bp):]] = value
+            else:
+                report.dropped.append(key)
+        state_dict = out
+        bp = ''
+    if dst_format == 'timm':
+        state_dict, export = vit_to_timm(state_dict, backbone_prefix=bp, source=src)
+        export.check(hint='timm\'s VisionTransformer has no pre_logits layer: convert with --num-classes, '
+                          'or --backbone-only.')
+        report.dropped += export.dropped
+    elif dst_format == 'mmpretrain':
+        state_dict, export = vit_to_mmpretrain(state_dict, backbone_prefix=bp, source=src)
+        export.check()
+        report.dropped += export.dropped
+    if 'model_cfg' in meta and num_classes is not None:
+        meta['num_classes'] = num_classes
+    report.loaded = sorted(state_dict)
+    payload = state_dict if dst_format == 'timm' else dict(state_dict=state_dict, meta=meta)
+    atomic_torch_save(payload, dst)
+    return report, meta
+
+
+def atomic_torch_save(obj: Any, dst: str) -> None:
+    """``torch.save`` to a temporary file next to ``dst`` and rename it into place; on any failure the
+    temporary file is removed and an existing ``dst`` is left untouched."""
+    directory = osp.dirname(osp.abspath(dst))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(dst) + '.', suffix='.partial', dir=directory)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise

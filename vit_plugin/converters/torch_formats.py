@@ -1,0 +1,221 @@
+"""timm and mmpretrain ViT state dicts <-> ours.
+
+Our backbone keys equal timm's ``VisionTransformer`` keys (plus the ``pos_embed_grid`` buffer), so the
+timm conversions are mostly about the surroundings: timm's ``head`` becomes mmpretrain's
+``VisionTransformerClsHead`` (``head.layers.head``) in our whole-classifier layout, and everything a
+plain ViT does not have (register tokens, layer scale, ``fc_norm``, attention pooling ...) is
+reported as unknown instead of being silently dropped. mmpretrain's ``VisionTransformer`` uses
+other names (``layers.i.ln1``, ``ffn.layers.0.0`` ...) for the same tensors in the same layout.
+"""
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..models.load_adapt import MODE_KEY
+from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionReport, strip_prefix
+
+#: Our backbone keys (relative to the backbone).
+_OURS = [r'patch_embed\.proj\.(weight|bias)', r'cls_token', r'pos_embed', r'norm\.(weight|bias)',
+         r'blocks\.(\d+)\.(norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)\.(weight|bias)']
+_OURS_RE = re.compile('^(' + '|'.join(_OURS) + ')$')
+_OURS_EXTRA = ('pos_embed_grid', MODE_KEY)
+
+#: mmpretrain name -> our name (backbone-relative), as anchored regex pairs; both directions use it.
+_MMPRETRAIN = [
+    (r'patch_embed\.projection\.', 'patch_embed.proj.'),
+    (r'layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
+    (r'layers\.(\d+)\.attn\.qkv\.', r'blocks.\1.attn.qkv.'),
+    (r'layers\.(\d+)\.attn\.proj\.', r'blocks.\1.attn.proj.'),
+    (r'layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
+    (r'layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
+    (r'layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
+    (r'ln1\.', 'norm.'),
+    (r'cls_token$', 'cls_token'),
+    (r'pos_embed$', 'pos_embed'),
+]
+_OURS_TO_MMPRETRAIN = [
+    (r'patch_embed\.proj\.', 'patch_embed.projection.'),
+    (r'blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
+    (r'blocks\.(\d+)\.attn\.qkv\.', r'layers.\1.attn.qkv.'),
+    (r'blocks\.(\d+)\.attn\.proj\.', r'layers.\1.attn.proj.'),
+    (r'blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
+    (r'blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
+    (r'blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
+    (r'norm\.', 'ln1.'),
+    (r'cls_token$', 'cls_token'),
+    (r'pos_embed$', 'pos_embed'),
+]
+
+
+def _rename(key: str, table: Sequence[Tuple[str, str]]) -> Optional[str]:
+    for pattern, repl in table:
+        new, n = re.subn('^' + pattern, repl, key, count=1)
+        if n:
+            return new
+    return None
+
+
+def rename_mmpretrain_key(key: str) -> Optional[str]:
+    """Our name for a backbone-relative mmpretrain ``VisionTransformer`` key (None if it has none)."""
+    new = _rename(key, _MMPRETRAIN)
+    return new if new is not None and _OURS_RE.match(new) else None
+
+
+def _split(state_dict: Dict[str, torch.Tensor], backbone_prefix: str) -> Tuple[Dict, Dict]:
+    """(backbone-relative keys, other keys) of a whole-classifier or bare-backbone state dict."""
+    state_dict = strip_prefix(state_dict, ('module.', ))
+    if any(k.startswith(backbone_prefix) for k in state_dict):
+        inner = {k[len(backbone_prefix):]: v for k, v in state_dict.items() if k.startswith(backbone_prefix)}
+        rest = {k: v for k, v in state_dict.items() if not k.startswith(backbone_prefix)}
+        return inner, rest
+    return state_dict, {}
+
+
+def _with_grid(out: Dict[str, torch.Tensor], prefix: str, pos_embed_grid: Optional[Sequence[int]]):
+    if pos_embed_grid is not None:
+        out[prefix + 'pos_embed_grid'] = torch.tensor(tuple(pos_embed_grid), dtype=torch.long)
+
+
+def timm_to_vit(state_dict: Dict[str, torch.Tensor],
+                backbone_prefix: str = BACKBONE_PREFIX,
+                head_prefix: Optional[str] = HEAD_PREFIX,
+                pos_embed_grid: Optional[Sequence[int]] = None,
+                source: str = 'timm state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+    """timm ``VisionTransformer`` state dict -> ours.
+
+    Args:
+        state_dict (dict): timm weights (a ``DataParallel`` 'module.' prefix is removed).
+        backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'; '' gives a bare
+            backbone.
+        head_prefix (str, optional): Where timm's ``head`` goes. Defaults to 'head.layers.'
+            (``head.layers.head``); None drops it (reported).
+        pos_embed_grid (tuple[int, int], optional): Record the grid of a non-square position
+            embedding. Defaults to None.
+        source (str): Name used in the report. Defaults to 'timm state dict'.
+
+    Returns:
+        tuple: (our state dict, :class:`ConversionReport`).
+    """
+    report = ConversionReport(source=source)
+    out = {}
+    for key, value in strip_prefix(state_dict, ('module.', )).items():
+        if _OURS_RE.match(key):
+            out[backbone_prefix + key] = value
+            report.loaded.append(backbone_prefix + key)
+        elif key in ('head.weight', 'head.bias'):
+            if head_prefix is None:
+                report.dropped.append(key)
+            else:
+                out[head_prefix + key] = value
+                report.loaded.append(head_prefix + key)
+        else:
+            report.unknown.append(key)
+    _with_grid(out, backbone_prefix, pos_embed_grid)
+    return out, report
+
+
+def vit_to_timm(state_dict: Dict[str, torch.Tensor],
+                backbone_prefix: str = BACKBONE_PREFIX,
+                head_prefix: str = HEAD_PREFIX,
+                source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+    """Our state dict (whole classifier or bare backbone) -> timm ``VisionTransformer`` keys.
+
+    ``pos_embed_grid`` and the recorded resize mode have no timm counterpart and are dropped
+    (reported); a ``pre_logits`` layer has none either and is reported as unknown, because dropping
+    it would change the model's outputs.
+    """
+    report = ConversionReport(source=source)
+    inner, rest = _split(state_dict, backbone_prefix)
+    out = {}
+    for key, value in inner.items():
+        if _OURS_RE.match(key):
+            out[key] = value
+            report.loaded.append(key)
+        elif key in _OURS_EXTRA:
+            report.dropped.append(backbone_prefix + key)
+        else:
+            report.unknown.append(backbone_prefix + key)
+    for key, value in rest.items():
+        if key in (head_prefix + 'head.weight', head_prefix + 'head.bias'):
+            out[key[len(head_prefix):]] = value
+            report.loaded.append(key[len(head_prefix):])
+        else:
+            report.unknown.append(key)
+    return out, report
+
+
+def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
+                      backbone_prefix: str = BACKBONE_PREFIX,
+                      head_prefix: Optional[str] = HEAD_PREFIX,
+                      pos_embed_grid: Optional[Sequence[int]] = None,
+                      source: str = 'mmpretrain state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+    """mmpretrain ``VisionTransformer`` (bare, or inside an ``ImageClassifier``) -> ours.
+
+    The head (``head.layers.*`` of ``VisionTransformerClsHead``) keeps its keys, which our
+    whole-classifier layout shares; ``head_prefix=None`` drops it. Parts a plain ViT does not have
+    (``pre_norm``, the ``ln2`` of ``out_type='avg_featmap'``, layer scale) are reported as unknown.
+    """
+    report = ConversionReport(source=source)
+    inner, rest = _split(state_dict, 'backbone.')
+    out = {}
+    for key, value in inner.items():
+        new = rename_mmpretrain_key(key)
+        if new is not None:
+            out[backbone_prefix + new] = value
+            report.loaded.append(backbone_prefix + new)
+        else:
+            report.unknown.append(key if not rest else 'backbone.' + key)
+    for key, value in rest.items():
+        if key.startswith(HEAD_PREFIX) and key[len(HEAD_PREFIX):] in (
+                'head.weight', 'head.bias', 'pre_logits.weight', 'pre_logits.bias'):
+            if head_prefix is None:
+                report.dropped.append(key)
+            else:
+                out[head_prefix + key[len(HEAD_PREFIX):]] = value
+                report.loaded.append(head_prefix + key[len(HEAD_PREFIX):])
+        else:
+            report.unknown.append(key)
+    _with_grid(out, backbone_prefix, pos_embed_grid)
+    return out, report
+
+
+def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
+                      backbone_prefix: str = BACKBONE_PREFIX,
+                      source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+    """Our state dict -> mmpretrain ``VisionTransformer`` keys (under 'backbone.' when ours had a head
+    or a 'backbone.' prefix; ``head.layers.*`` unchanged)."""
+    report = ConversionReport(source=source)
+    inner, rest = _split(state_dict, backbone_prefix)
+    outer = 'backbone.' if rest or any(k.startswith(backbone_prefix) for k in state_dict) else ''
+    out = {}
+    for key, value in inner.items():
+        if key in _OURS_EXTRA:
+            report.dropped.append(backbone_prefix + key)
+            continue
+        new = _rename(key, _OURS_TO_MMPRETRAIN) if _OURS_RE.match(key) else None
+        if new is None:
+            report.unknown.append(key)
+            continue
+        out[outer + new] = value
+        report.loaded.append(outer + new)
+    for key, value in rest.items():
+        if key.startswith(HEAD_PREFIX):
+            out[key] = value
+            report.loaded.append(key)
+        else:
+            report.unknown.append(key)
+    return out, report
+
+
+def detect_torch_format(state_dict: Dict[str, torch.Tensor]) -> str:
+    """'vit_plugin', 'timm' or 'mmpretrain' from the key names (raises ValueError if none fits)."""
+    keys: List[str] = [k[len('module.'):] if k.startswith('module.') else k for k in state_dict]
+    bare = [k[len('backbone.'):] if k.startswith('backbone.') else k for k in keys]
+    if any(re.match(r'layers\.\d+\.ln1\.', k) for k in bare) or 'patch_embed.projection.weight' in bare:
+        return 'mmpretrain'
+    if any(k.startswith('head.layers.') for k in keys) or 'pos_embed_grid' in bare:
+        return 'vit_plugin'
+    if any(re.match(r'blocks\.\d+\.attn\.qkv\.', k) for k in keys):
+        return 'timm'
+    raise ValueError(f'cannot tell the layout of a state dict with keys like {keys[:4]}; pass --src-format')

@@ -1,0 +1,111 @@
+"""ViTDet's simple feature pyramid: strides 4-32 (and more) from a plain ViT's stride-16 map(s)."""
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+
+from vit_plugin.registry import MODELS
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of a (B, C, H, W) map, at every position independently."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _rescale_branch(channels: int, scale: float, eps: float) -> Tuple[nn.Module, int]:
+    """One resampling branch and its output width (ViTDet: halve the width at every 2x upsampling)."""
+    if scale == 4.0:
+        half, quarter = channels // 2, channels // 4
+        return nn.Sequential(nn.ConvTranspose2d(channels, half, 2, stride=2), LayerNorm2d(half, eps=eps), nn.GELU(),
+                             nn.ConvTranspose2d(half, quarter, 2, stride=2)), quarter
+    if scale == 2.0:
+        return nn.ConvTranspose2d(channels, channels // 2, 2, stride=2), channels // 2
+    if scale == 1.0:
+        return nn.Identity(), channels
+    if scale == 0.5:
+        return nn.MaxPool2d(2, stride=2), channels
+    raise ValueError(f'scale factors must be 4.0, 2.0, 1.0 or 0.5, got {scale}')
+
+
+@MODELS.register_module()
+class SimpleFeaturePyramid(BaseModule):
+    """Multi-scale maps from a plain ViT (Li et al., "Exploring Plain Vision Transformer Backbones for
+    Object Detection", ECCV 2022).
+
+    Every scale factor gets a resampling branch: 4x = two stride-2 deconvolutions (LayerNorm + GELU
+    between), 2x = one deconvolution, 1x = identity, 0.5x = 2x2 max-pooling. From a stride-16 ViT map
+    the default factors give strides 4, 8, 16, 32. Each branch is then projected to ``out_channels``
+    by a 1x1 and a 3x3 convolution, each followed by a LayerNorm over channels; extra levels beyond
+    the branches (``num_outs``) are stride-2 subsamplings of the last one (P6 for the RPN).
+
+    Two ways to use it:
+
+    - **Simple pyramid (ViTDet)**: the backbone returns one map (``out_indices=-1``); every branch
+      reads it.
+    - **Feeding mmdet's FPN**: the backbone returns one map per branch (e.g. ``out_indices=(2, 5, 8,
+      11)``), branch ``i`` rescales map ``i``, and with ``out_channels=None`` the neck only rescales,
+      so ``neck=[dict(type='vit_plugin.SimpleFeaturePyramid', in_channels=D, out_channels=None),
+      dict(type='FPN', in_channels=[D // 4, D // 2, D, D], ...)]`` hands mmdet's FPN a standard
+      stride 4-32 pyramid (see :attr:`branch_channels`).
+
+    Args:
+        in_channels (int): Width D of the ViT maps.
+        out_channels (int, optional): Output width of every level. None: no projection, each level
+            keeps its branch width. Defaults to 256.
+        scale_factors (Sequence[float]): Resampling factor of each branch, from 4.0, 2.0, 1.0, 0.5.
+            Defaults to (4.0, 2.0, 1.0, 0.5).
+        num_outs (int, optional): Number of output levels, >= len(scale_factors). Defaults to None
+            (one per branch). Mask/Faster R-CNN's RPN uses 5 levels (strides 4-64), RetinaNet 5 levels
+            starting at stride 8 (use factors (2.0, 1.0, 0.5)).
+        norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
+        init_cfg (dict | list[dict], optional): Defaults to Kaiming-uniform convolutions (a=1, as in
+            mmdet's FPN/ViTDet's c2_xavier_fill) with zero biases.
+    """
+
+    def __init__(self,
+                 in_channels: int,
+                 out_channels: Optional[int] = 256,
+                 scale_factors: Sequence[float] = (4.0, 2.0, 1.0, 0.5),
+                 num_outs: Optional[int] = None,
+                 norm_eps: float = 1e-6,
+                 init_cfg: Optional[Union[dict, List[dict]]] = dict(
+                     type='Kaiming', layer=['Conv2d', 'ConvTranspose2d'], a=1, distribution='uniform',
+                     mode='fan_in', nonlinearity='leaky_relu')):
+        super().__init__(init_cfg=init_cfg)
+        self.scale_factors = tuple(float(s) for s in scale_factors)
+        self.num_outs = len(self.scale_factors) if num_outs is None else num_outs
+        if self.num_outs < len(self.scale_factors):
+            raise ValueError(f'num_outs ({self.num_outs}) must be >= the number of scale factors '
+                             f'({len(self.scale_factors)})')
+        branches = [_rescale_branch(in_channels, s, norm_eps) for s in self.scale_factors]
+        self.rescale = nn.ModuleList(b for b, _ in branches)
+        #: Width of each rescaled map (what mmdet's FPN needs as ``in_channels`` when out_channels=None).
+        self.branch_channels = [c for _, c in branches]
+        self.out_channels = out_channels
+        if out_channels is not None:
+            self.project = nn.ModuleList(
+                nn.Sequential(nn.Conv2d(c, out_channels, 1, bias=False), LayerNorm2d(out_channels, eps=norm_eps),
+                              nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+                              LayerNorm2d(out_channels, eps=norm_eps)) for c in self.branch_channels)
+        else:
+            self.project = None
+
+    def forward(self, inputs: Union[torch.Tensor, Sequence[torch.Tensor]]) -> Tuple[torch.Tensor, ...]:
+        """One map or one map per branch, each (B, D, h, w) -> ``num_outs`` maps, finest first."""
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs, )
+        if len(inputs) == 1:
+            inputs = tuple(inputs) * len(self.rescale)
+        elif len(inputs) != len(self.rescale):
+            raise ValueError(f'SimpleFeaturePyramid got {len(inputs)} maps for {len(self.rescale)} scale factors; '
+                             f'give the backbone out_indices with one index (shared) or one per scale factor')
+        outs = [branch(x) for branch, x in zip(self.rescale, inputs)]
+        if self.project is not None:
+            outs = [proj(x) for proj, x in zip(self.project, outs)]
+        while len(outs) < self.num_outs:
+            outs.append(F.max_pool2d(outs[-1], kernel_size=1, stride=2))
+        return tuple(outs)

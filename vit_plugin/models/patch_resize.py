@@ -1,0 +1,80 @@
+"""Resizing a patch-embedding kernel to another patch size (FlexiViT's pseudo-inverse resize).
+
+A patch-embedding kernel ``w`` turns a patch ``x`` into ``<x, w>`` (per output channel). If patches
+of the new size are obtained by resizing old-size patches with a linear map ``B`` (bilinear
+interpolation), the new kernel should satisfy ``<B x, w_new> = <x, w>`` for every old patch ``x``,
+i.e. ``B^T w_new = w``. FlexiViT (Beyer et al., CVPR 2023) takes the least-norm / least-squares
+solution ``w_new = pinv(B^T) w``:
+
+* growing the patch (e.g. /16 -> /32): ``B^T`` has full row rank, so the token of an upsampled patch
+  equals the token of the original patch exactly;
+* shrinking the patch (e.g. /16 -> /8): the equality holds exactly for every old patch in the row
+  space of ``B`` (with bilinear 2x downsampling these are the patches made of 2x2 constant blocks,
+  i.e. nearest-neighbour upsampled small patches) and in the least-squares sense otherwise.
+
+This lets a /16 checkpoint start a /8 or /32 model (``ViT``'s load-state-dict pre-hook and the
+converters call :func:`resize_patch_embed`).
+"""
+from functools import lru_cache
+from typing import Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from .pos_embed import to_2tuple
+
+#: Interpolations that define how a patch is resized (half-pixel centres, PyTorch/timm convention).
+PATCH_RESIZE_MODES = ('bilinear', 'bicubic', 'nearest')
+
+
+@lru_cache(maxsize=16)
+def _pinv_resize_matrix(old: Tuple[int, int], new: Tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
+    """``pinv(B^T)`` of shape (new_h*new_w, old_h*old_w) in float64, where ``B`` resizes a patch."""
+    n_old = old[0] * old[1]
+    basis = torch.eye(n_old, dtype=torch.float64).reshape(n_old, 1, old[0], old[1])
+    kwargs = {} if mode == 'nearest' else dict(align_corners=False, antialias=antialias)
+    # Row i of ``b_t`` is the resized i-th basis patch, so ``b_t`` is B^T (n_old x n_new).
+    b_t = F.interpolate(basis, size=new, mode=mode, **kwargs).reshape(n_old, new[0] * new[1])
+    # pinv(M) = M^T pinv(M M^T) = pinv(M^T M) M^T for any M; going through the smaller Gram matrix is
+    # ~6x cheaper than an SVD of M (256 x 1024 for /16 -> /32), and interpolation matrices are well
+    # conditioned (cond ~2), so squaring the condition number costs nothing in float64.
+    # The matrices are small (at most a few thousand rows): LAPACK's threading only adds overhead, and on
+    # a busy machine its threads turn a 40 ms solve into seconds, so solve on one thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if b_t.shape[0] <= b_t.shape[1]:
+            return b_t.T @ torch.linalg.pinv(b_t @ b_t.T, hermitian=True)
+        return torch.linalg.pinv(b_t.T @ b_t, hermitian=True) @ b_t.T
+    finally:
+        torch.set_num_threads(threads)
+
+
+def resize_patch_embed(weight: torch.Tensor,
+                       new_size: Union[int, Sequence[int]],
+                       mode: str = 'bilinear',
+                       antialias: bool = False) -> torch.Tensor:
+    """Pseudo-inverse resize of a patch-embedding kernel.
+
+    Args:
+        weight (Tensor): Kernel of shape (out_channels, in_channels, kh, kw).
+        new_size (int | tuple[int, int]): New patch size (kh', kw').
+        mode (str): The interpolation that relates patches of the two sizes, one of
+            :data:`PATCH_RESIZE_MODES`. Defaults to 'bilinear' (FlexiViT's choice).
+        antialias (bool): Whether that interpolation anti-aliases when shrinking. Defaults to False.
+
+    Returns:
+        Tensor: Kernel of shape (out_channels, in_channels, kh', kw'), same dtype and device. The
+        solve runs in float64.
+    """
+    if mode not in PATCH_RESIZE_MODES:
+        raise ValueError(f'unknown patch-embedding resize mode {mode!r}; choose one of {PATCH_RESIZE_MODES}')
+    if weight.dim() != 4:
+        raise ValueError(f'a patch-embedding kernel has shape (out, in, kh, kw), got {tuple(weight.shape)}')
+    old, new = tuple(weight.shape[-2:]), to_2tuple(new_size)
+    if old == new:
+        return weight
+    pinv = _pinv_resize_matrix(old, new, mode, bool(antialias and mode != 'nearest')).to(weight.device)
+    flat = weight.to(torch.float64).reshape(-1, old[0] * old[1])
+    resized = flat @ pinv.T
+    return resized.reshape(*weight.shape[:2], *new).to(weight.dtype)

@@ -1,0 +1,111 @@
+"""BERT-style corruption of patch embeddings for masked patch prediction.
+
+A fixed number ``K = round(corrupt_ratio * N)`` of the ``N`` patches of every image is corrupted (the
+paper: 50%). Each corrupted patch independently gets one of three actions: replaced by the learnable
+[mask] embedding (paper: 80%), replaced by the embedding of a random *other* patch (10%), or kept as
+it is (10%). The kept ones are still predicted, as in BERT, so the model cannot tell from the input
+alone which visible patches it will be asked about.
+
+Shapes never depend on the data: the corrupted positions are the first ``K`` entries of a random
+permutation (``argsort`` of uniform noise), the actions are arithmetic on uniform draws, and the
+embeddings are written back with ``gather``/``scatter``. The whole step traces to one static graph on
+XLA; nothing uses boolean indexing.
+"""
+from dataclasses import dataclass
+
+import torch
+
+ACTION_MASK, ACTION_RANDOM, ACTION_KEEP = 0, 1, 2
+RANDOM_SOURCES = ('batch', 'image')
+
+
+@dataclass
+class CorruptionPlan:
+    """Which patches are corrupted and how.
+
+    Attributes:
+        ids (Tensor): (B, K) long, positions (0..N-1) of the corrupted patches of each image.
+        actions (Tensor): (B, K) long, ``ACTION_MASK``, ``ACTION_RANDOM`` or ``ACTION_KEEP``.
+        sources (Tensor): (B, K) long, for every corrupted patch the flat index (``b * N + n``) of the
+            patch whose embedding replaces it when its action is ``ACTION_RANDOM`` (always a different
+            patch; drawn for every entry so that the shape is fixed, unused for the other actions).
+        num_patches (int): N.
+    """
+    ids: torch.Tensor
+    actions: torch.Tensor
+    sources: torch.Tensor
+    num_patches: int
+
+    def position_mask(self) -> torch.Tensor:
+        """(B, N) float: 1 at corrupted positions, 0 elsewhere."""
+        B = self.ids.shape[0]
+        mask = torch.zeros(B, self.num_patches, device=self.ids.device)
+        return mask.scatter(1, self.ids, 1.)
+
+
+def num_corrupted(num_patches: int, corrupt_ratio: float) -> int:
+    """The fixed number of corrupted patches per image: ``round(ratio * N)``, at least one."""
+    return min(num_patches, max(1, int(round(corrupt_ratio * num_patches))))
+
+
+def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 0.5, mask_prob: float = 0.8,
+                      random_prob: float = 0.1, random_source: str = 'batch',
+                      device=None, generator=None) -> CorruptionPlan:
+    """Draw a :class:`CorruptionPlan` for a batch.
+
+    Args:
+        batch_size (int): B.
+        num_patches (int): N, patches per image.
+        corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5.
+        mask_prob (float): Probability that a corrupted patch becomes the [mask] embedding.
+            Defaults to 0.8.
+        random_prob (float): Probability that it becomes a random other patch's embedding; the rest,
+            ``1 - mask_prob - random_prob``, is kept unchanged. Defaults to 0.1.
+        random_source (str): Where random replacements come from: 'batch' (any other patch of any
+            image in the batch, the closest analogue of BERT's random vocabulary word) or 'image'
+            (another patch of the same image). Defaults to 'batch'.
+        device (torch.device, optional): Where to create the plan. Defaults to None (CPU).
+        generator (torch.Generator, optional): For reproducible draws. Defaults to None.
+    """
+    if random_source not in RANDOM_SOURCES:
+        raise ValueError(f'random_source must be one of {RANDOM_SOURCES}, got {random_source!r}')
+    if not (0. < corrupt_ratio <= 1.):
+        raise ValueError(f'corrupt_ratio must be in (0, 1], got {corrupt_ratio}')
+    if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1:
+        raise ValueError(f'mask_prob ({mask_prob}) and random_prob ({random_prob}) must be >= 0 and sum to '
+                         f'at most 1 (the rest of the corrupted patches is kept unchanged)')
+    pool = batch_size * num_patches if random_source == 'batch' else num_patches
+    if pool < 2 and random_prob > 0:
+        raise ValueError(f'cannot replace a patch by a random *other* patch: the {random_source} has a single '
+                         f'patch; set random_prob=0 or use more patches')
+    K = num_corrupted(num_patches, corrupt_ratio)
+    kwargs = dict(device=device, generator=generator)
+    ids = torch.rand(batch_size, num_patches, **kwargs).argsort(dim=1)[:, :K]
+    draw = torch.rand(batch_size, K, **kwargs)
+    actions = (draw >= mask_prob).long() + (draw >= mask_prob + random_prob).long()
+
+    # A uniform draw over the other pool-1 patches: draw from 0..pool-2 and skip over the patch itself.
+    own = ids if random_source == 'image' else ids + num_patches * torch.arange(batch_size, device=device)[:, None]
+    sources = torch.randint(0, max(pool - 1, 1), (batch_size, K), **kwargs)
+    sources = sources + (sources >= own).long()
+    if random_source == 'image':
+        sources = sources + num_patches * torch.arange(batch_size, device=device)[:, None]
+    return CorruptionPlan(ids, actions, sources, num_patches)
+
+
+def apply_corruption(patches: torch.Tensor, plan: CorruptionPlan, mask_token: torch.Tensor) -> torch.Tensor:
+    """Corrupt patch embeddings (B, N, D) according to ``plan``; returns a new tensor.
+
+    Random replacements take the *uncorrupted* embedding of their source patch. Position embeddings
+    are added afterwards by the backbone, so every replaced patch keeps the position of its slot.
+    """
+    B, N, D = patches.shape
+    if N != plan.num_patches:
+        raise ValueError(f'the corruption plan is for {plan.num_patches} patches per image, the backbone made {N}')
+    index = plan.ids.unsqueeze(-1).expand(-1, -1, D)
+    original = patches.gather(1, index)
+    replacement = patches.reshape(B * N, D).index_select(0, plan.sources.reshape(-1)).reshape(original.shape)
+    actions = plan.actions.unsqueeze(-1)
+    new = torch.where(actions == ACTION_MASK, mask_token.to(patches.dtype).expand_as(original),
+                      torch.where(actions == ACTION_RANDOM, replacement, original))
+    return patches.scatter(1, index, new)

@@ -1,0 +1,154 @@
+"""Prediction targets of masked patch prediction, computed from un-normalised pixels.
+
+The paper (Appendix B.1.2) tried three targets for every corrupted patch:
+
+* ``'mean_color_3bit'``: the patch's mean colour with 3 bits per channel, one of 512 classes (the
+  setting the paper reports);
+* ``'downsized_4x4_3bit'``: the patch averaged down to 4x4 cells, each cell a 3-bit colour, i.e. 16
+  parallel 512-way classifications;
+* ``'pixel_l2'``: L2 regression on every pixel of the patch.
+
+Everything here works on whole batches with fixed output shapes (average pooling and reshapes), so it
+traces to one static graph on XLA. Patches are numbered row-major over the patch grid, which is the
+token order of :class:`~vit_plugin.models.layers.PatchEmbed`.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+TARGETS = ('mean_color_3bit', 'downsized_4x4_3bit', 'pixel_l2')
+#: The largest value of an 8-bit image channel: targets assume pixels in [0, PIXEL_MAX].
+PIXEL_MAX = 255.
+#: See :func:`quantize`.
+EDGE_TOLERANCE = 2e-4
+
+
+def unnormalize(inputs: torch.Tensor, data_preprocessor: Optional[torch.nn.Module]) -> torch.Tensor:
+    """Undo the data preprocessor's ``(x - mean) / std``, giving pixels back in [0, 255].
+
+    Works with any preprocessor that normalises the way mmengine's ``ImgDataPreprocessor`` does
+    (mmpretrain's ``SelfSupDataPreprocessor`` and ``ClsDataPreprocessor`` included): it reads the
+    ``mean``/``std`` buffers, which are already in the channel order the model sees (after any
+    BGR->RGB swap). A preprocessor that does not normalise leaves the inputs unchanged.
+
+    Args:
+        inputs (Tensor): Normalised images (B, C, H, W).
+        data_preprocessor (nn.Module, optional): The model's data preprocessor. Defaults to None
+            (inputs are taken as raw pixels).
+
+    Returns:
+        Tensor: Pixels (B, C, H, W), clamped to [0, 255].
+    """
+    if data_preprocessor is not None and getattr(data_preprocessor, '_enable_normalize', False):
+        mean = data_preprocessor.mean.to(inputs.dtype)
+        std = data_preprocessor.std.to(inputs.dtype)
+        if mean.numel() not in (1, inputs.shape[1]):
+            raise ValueError(f'the data preprocessor normalises {mean.numel()} channels but the inputs have '
+                             f'{inputs.shape[1]}; give it one mean/std per input channel')
+        inputs = inputs * std + mean
+    return inputs.clamp(0., PIXEL_MAX)
+
+
+def _check_divisible(size: Tuple[int, int], cell: Tuple[int, int], what: str):
+    if size[0] % cell[0] or size[1] % cell[1]:
+        raise ValueError(f'{what}: {size[0]}x{size[1]} is not divisible by {cell[0]}x{cell[1]}; use an input '
+                         f'size that is a multiple of the patch size (the MPP targets are defined per patch)')
+
+
+def quantize(values: torch.Tensor, bits: int = 3) -> torch.Tensor:
+    """Values in [0, 255] -> integer levels in [0, 2**bits) (equal-width bins: 0-31 -> 0 ... for 3 bits).
+
+    A value less than ``EDGE_TOLERANCE`` below a bin edge counts as on the edge: that absorbs the
+    floating-point error of un-normalising and averaging, while averages of whole 8-bit levels over up
+    to 1,024 pixels (a 32x32 patch) are at least 1/1024 apart, so no genuine value moves.
+    """
+    levels = 2**bits
+    values = values.clamp(0., PIXEL_MAX) + EDGE_TOLERANCE
+    return torch.div(values * levels, PIXEL_MAX + 1, rounding_mode='floor').long().clamp(0, levels - 1)
+
+
+def color_to_class(levels: torch.Tensor, bits: int = 3) -> torch.Tensor:
+    """Quantised colours (..., C) -> one class index, channel 0 most significant (R*64 + G*8 + B)."""
+    index = torch.zeros_like(levels[..., 0])
+    for c in range(levels.shape[-1]):
+        index = index * 2**bits + levels[..., c]
+    return index
+
+
+def class_to_color(index: torch.Tensor, bits: int = 3, channels: int = 3) -> torch.Tensor:
+    """Inverse of :func:`color_to_class`: class indices -> colours (..., C) at the centre of each bin."""
+    levels = []
+    for _ in range(channels):
+        levels.append(index % 2**bits)
+        index = torch.div(index, 2**bits, rounding_mode='floor')
+    levels = torch.stack(levels[::-1], dim=-1).float()
+    return (levels + 0.5) * (PIXEL_MAX + 1) / 2**bits
+
+
+def _cells(pixels: torch.Tensor, patch_size: Tuple[int, int], cells: int) -> torch.Tensor:
+    """Average each patch down to ``cells x cells`` -> (B, N, cells*cells, C), cells row-major."""
+    B, C, H, W = pixels.shape
+    ph, pw = patch_size
+    _check_divisible((H, W), (ph, pw), 'input size vs patch size')
+    _check_divisible((ph, pw), (cells, cells), f'patch size vs the {cells}x{cells} target grid')
+    pooled = F.avg_pool2d(pixels, kernel_size=(ph // cells, pw // cells))  # (B, C, h*cells, w*cells)
+    h, w = H // ph, W // pw
+    pooled = pooled.reshape(B, C, h, cells, w, cells).permute(0, 2, 4, 3, 5, 1)
+    return pooled.reshape(B, h * w, cells * cells, C)
+
+
+def mean_color_target(pixels: torch.Tensor, patch_size: Tuple[int, int], bits: int = 3) -> torch.Tensor:
+    """Class (B, N) of each patch's mean colour, ``2**(bits*C)`` classes (512 for RGB, 3 bits).
+
+    Pixels are rounded to whole 8-bit levels first (the images were 8-bit before normalisation).
+    """
+    return color_to_class(quantize(_cells(torch.round(pixels), patch_size, 1)[:, :, 0], bits), bits)
+
+
+def downsized_target(pixels: torch.Tensor, patch_size: Tuple[int, int], cells: int = 4,
+                     bits: int = 3) -> torch.Tensor:
+    """Classes (B, N, cells*cells) of the colours of each patch averaged down to ``cells x cells``."""
+    return color_to_class(quantize(_cells(torch.round(pixels), patch_size, cells), bits), bits)
+
+
+def pixel_target(pixels: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
+    """Every pixel of each patch, (B, N, ph*pw*C) ordered (row, column, channel), scaled to [-1, 1].
+
+    [-1, 1] is the input range the paper trains with, so the regression target has unit scale.
+    """
+    B, C, H, W = pixels.shape
+    ph, pw = patch_size
+    _check_divisible((H, W), (ph, pw), 'input size vs patch size')
+    h, w = H // ph, W // pw
+    patches = pixels.reshape(B, C, h, ph, w, pw).permute(0, 2, 4, 3, 5, 1).reshape(B, h * w, ph * pw * C)
+    return patches / (PIXEL_MAX / 2) - 1.
+
+
+def pixels_from_pixel_target(target: torch.Tensor, patch_size: Tuple[int, int], channels: int = 3) -> torch.Tensor:
+    """Inverse of :func:`pixel_target` for one patch or many: (..., ph*pw*C) -> (..., ph, pw, C) in [0, 255]."""
+    ph, pw = patch_size
+    return ((target + 1.) * (PIXEL_MAX / 2)).clamp(0., PIXEL_MAX).reshape(*target.shape[:-1], ph, pw, channels)
+
+
+def compute_targets(kind: str, pixels: torch.Tensor, patch_size: Tuple[int, int], bits: int = 3,
+                    cells: int = 4) -> torch.Tensor:
+    """Targets of every patch for the target ``kind`` (one of :data:`TARGETS`).
+
+    Args:
+        kind (str): The target.
+        pixels (Tensor): Un-normalised images (B, C, H, W) in [0, 255] (see :func:`unnormalize`).
+        patch_size (tuple[int, int]): The backbone's patch size.
+        bits (int): Bits per colour channel of the classification targets. Defaults to 3.
+        cells (int): Side of the downsized grid of ``'downsized_4x4_3bit'``. Defaults to 4.
+
+    Returns:
+        Tensor: (B, N) long, (B, N, cells**2) long or (B, N, ph*pw*C) float.
+    """
+    if kind == 'mean_color_3bit':
+        return mean_color_target(pixels, patch_size, bits)
+    if kind == 'downsized_4x4_3bit':
+        return downsized_target(pixels, patch_size, cells, bits)
+    if kind == 'pixel_l2':
+        return pixel_target(pixels, patch_size)
+    raise ValueError(f'unknown MPP target {kind!r}; choose one of {TARGETS}')

@@ -1,0 +1,129 @@
+"""Small, lazily-imported access to the torch_xla runtime.
+
+Everything in :mod:`vit_plugin.xla` reaches torch_xla through this module so that importing the
+package (which mmengine does when it resolves a ``vit_plugin.`` loop, strategy or optim wrapper)
+neither requires torch_xla nor touches the XLA runtime. Only the current, non-deprecated APIs are
+used: ``torch_xla.device()``, ``torch_xla.sync()`` and ``torch_xla.runtime`` (``world_size``,
+``global_ordinal``) instead of ``xm.xla_device``, ``xm.mark_step``, ``xm.xrt_world_size`` and
+``xm.get_ordinal``.
+"""
+import importlib
+from typing import Any, List, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+_INSTALL_HINT = ('The XLA path needs torch_xla (pip install "torch-xla==2.9.0"; on a Cloud TPU VM add '
+                 '"torch_xla[tpu]"), and PJRT_DEVICE set to TPU (or CPU to try it on a laptop).')
+
+
+def require(module: str = 'torch_xla'):
+    """Import a torch_xla (sub)module, or fail with an actionable message.
+
+    Args:
+        module (str): Dotted module name. Defaults to ``'torch_xla'``.
+
+    Returns:
+        module: The imported module.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f'Cannot import {module!r}: {err}. {_INSTALL_HINT}') from err
+
+
+def device() -> torch.device:
+    """The XLA device of this process (initialises the PJRT runtime on first use)."""
+    return require().device()
+
+
+def world_size() -> int:
+    """Number of XLA replicas taking part in training (1 on a CPU host)."""
+    return require('torch_xla.runtime').world_size()
+
+
+def global_ordinal() -> int:
+    """Global index of this process's replica."""
+    return require('torch_xla.runtime').global_ordinal()
+
+
+def is_master() -> bool:
+    """Whether this process is the global master (ordinal 0), the one that writes checkpoints."""
+    return global_ordinal() == 0
+
+
+def sync() -> None:
+    """Cut the lazy graph here and launch it (one call per training iteration)."""
+    require().sync()
+
+
+def is_xla_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == 'xla'
+
+
+def to_cpu(data: Any) -> Any:
+    """Copy every XLA tensor of a nested structure (dicts, lists, tuples) to the host.
+
+    All tensors move in one batched device-to-host transfer (the primitive ``xm.save`` uses), which
+    matters for an optimizer state of hundreds of tensors. Non-XLA leaves are returned unchanged.
+
+    Args:
+        data: A tensor or a nested container of tensors and other values.
+
+    Returns:
+        The same structure with CPU tensors in place of XLA tensors.
+    """
+    leaves, spec = pytree.tree_flatten(data)
+    index = [i for i, leaf in enumerate(leaves) if is_xla_tensor(leaf)]
+    if not index:
+        return data
+    xla = require()
+    tensors = [leaves[i] for i in index]
+    # Materialise pending computations first; a no-op for tensors the last sync already produced.
+    xla._XLAC._xla_sync_multi(tensors, devices=[], wait=True, sync_xla_data=False)
+    for i, cpu in zip(index, xla._XLAC._xla_get_cpu_tensors(tensors)):
+        leaves[i] = cpu
+    return pytree.tree_unflatten(leaves, spec)
+
+
+class CompileCounter:
+    """Reads torch_xla's metrics: graphs compiled and launched so far, and time spent compiling.
+
+    Counts come from the compilation-cache counters, which torch_xla bumps synchronously when a
+    graph is launched; execution counters and timings are recorded by the asynchronous executor.
+    """
+
+    def __init__(self):
+        self._met = require('torch_xla.debug.metrics')
+
+    def _counter(self, name: str) -> int:
+        return self._met.counter_value(name) or 0
+
+    @property
+    def compiles(self) -> int:
+        """Graphs compiled so far in this process (compilation-cache hits excluded)."""
+        return self._counter('UncachedCompile')
+
+    @property
+    def executions(self) -> int:
+        """Graphs launched so far: every launch looks its graph up in the compilation cache first
+        (a hit or a compile), in the tracing thread, so unlike the execution counters this count
+        is exact at the moment it is read."""
+        return self._counter('UncachedCompile') + self._counter('CachedCompile')
+
+    @property
+    def compile_seconds(self) -> float:
+        """Total time spent compiling graphs so far, in seconds."""
+        data = self._met.metric_data('CompileTime')
+        return 0.0 if data is None else data[1] / 1e9
+
+    def fallback_ops(self) -> List[str]:
+        """aten ops that ran on the host because XLA has no lowering for them (often dynamic)."""
+        return sorted(self._met.executed_fallback_ops())
+
+
+def input_shapes(data: Any) -> Optional[tuple]:
+    """Shapes of the tensors of a (nested) batch, in a comparable form, to spot dynamic shapes."""
+    leaves = pytree.tree_leaves(data)
+    shapes = tuple(tuple(leaf.shape) for leaf in leaves if isinstance(leaf, torch.Tensor))
+    return shapes or None

@@ -1,0 +1,161 @@
+"""``vit_plugin.XLAStrategy``: mmengine's FlexibleRunner strategy for XLA devices (TPUs).
+
+A strategy is mmengine's place for "where does the model live, how do replicas talk, how are
+checkpoints written". This one:
+
+* joins the replicas started by ``torch_xla.launch`` (one process per device) through the ``xla://``
+  rendezvous, with an ``xla`` backend process group for device tensors (:attr:`xla_group`);
+  mmengine's own host-side collectives (timestamp broadcast, sampler seeds, metric gathering) send
+  CPU tensors, which the ``xla`` backend rejects, so the default process group is ``gloo`` over the
+  same rendezvous store;
+* puts the model on the XLA device without a DDP wrapper: data parallelism on XLA is the gradient
+  all-reduce inside ``xm.optimizer_step`` (:class:`~vit_plugin.xla.XLAOptimWrapper`), compiled into
+  the step graph;
+* builds an XLAOptimWrapper from ordinary optimizer configs (``OptimWrapper`` or
+  ``AmpOptimWrapper`` with ``dtype='bfloat16'``), so existing configs need no edits;
+* seeds the XLA random generator as well as the host ones;
+* writes checkpoints from the global master only, with every tensor moved to the CPU in one batched
+  transfer, so they load anywhere (CPU, GPU, XLA); loading goes through the CPU and works with
+  checkpoints written by any other strategy.
+"""
+import copy
+import logging
+from typing import Callable, Optional, Union
+
+import torch.nn as nn
+from mmengine._strategy import SingleDeviceStrategy
+from mmengine.logging import print_log
+from mmengine.model import revert_sync_batchnorm
+from mmengine.optim import BaseOptimWrapper
+
+from vit_plugin.registry import STRATEGIES
+
+from . import runtime
+
+_PLAIN_WRAPPERS = {None, 'OptimWrapper', 'mmengine.OptimWrapper'}
+_AMP_WRAPPERS = {'AmpOptimWrapper', 'mmengine.AmpOptimWrapper'}
+XLA_OPTIM_WRAPPER = 'vit_plugin.XLAOptimWrapper'
+
+
+def xla_optim_wrapper_cfg(cfg: dict) -> dict:
+    """Translate an optimizer-wrapper config to :class:`~vit_plugin.xla.XLAOptimWrapper`.
+
+    ``OptimWrapper`` (or no type) maps directly; ``AmpOptimWrapper`` maps to bf16 autocast (TPUs
+    have no fp16 loss scaling; bf16 needs none). Already-XLA configs are returned unchanged.
+
+    Args:
+        cfg (dict): The ``optim_wrapper`` config.
+
+    Returns:
+        dict: A config for ``vit_plugin.XLAOptimWrapper``.
+    """
+    cfg = copy.deepcopy(dict(cfg))
+    kind = cfg.get('type')
+    if kind in (XLA_OPTIM_WRAPPER, 'XLAOptimWrapper'):
+        return cfg
+    if kind in _PLAIN_WRAPPERS:
+        cfg['type'] = XLA_OPTIM_WRAPPER
+        return cfg
+    if kind in _AMP_WRAPPERS:
+        dtype = str(cfg.pop('dtype', 'bfloat16') or 'bfloat16').replace('torch.', '')
+        if dtype not in ('bfloat16', 'bf16'):
+            raise ValueError(f'optim_wrapper: AmpOptimWrapper with dtype={dtype!r} cannot run on XLA; '
+                             "use dtype='bfloat16' (TPUs compute in bf16 without loss scaling).")
+        for key in ('loss_scale', 'use_fsdp'):
+            cfg.pop(key, None)
+        cfg.update(type=XLA_OPTIM_WRAPPER, dtype='bfloat16')
+        return cfg
+    raise ValueError(f'optim_wrapper: type={kind!r} has no XLA equivalent. Use OptimWrapper, '
+                     'AmpOptimWrapper (bf16) or vit_plugin.XLAOptimWrapper.')
+
+
+@STRATEGIES.register_module()
+class XLAStrategy(SingleDeviceStrategy):
+    """Run the model on the XLA device of this process (see the module docstring).
+
+    Keyword Args:
+        **kwargs: As mmengine's ``BaseStrategy`` (``work_dir``, ``env_kwargs``, ...).
+    """
+
+    xla_group = None
+
+    def _setup_distributed(self, launcher: str = 'xla', backend: Optional[str] = None, **kwargs):
+        """Join the XLA replicas (called by mmengine when the launcher is not ``'none'``).
+
+        Args:
+            launcher (str): ``'xla'`` (processes started by ``torch_xla.launch``) or ``'pytorch'``
+                (``torchrun``). Defaults to ``'xla'``.
+            backend (str, optional): Ignored unless it names a host backend other than ``gloo``;
+                device collectives always use XLA's. Defaults to None.
+            **kwargs: Passed to ``torch.distributed.init_process_group`` (e.g. ``timeout``).
+        """
+        import torch.distributed as dist
+        if launcher not in ('xla', 'pytorch'):
+            raise ValueError(f"XLAStrategy: launcher={launcher!r} is not supported; use 'xla' "
+                             "(tools/train.py --launcher xla) or 'pytorch' (torchrun).")
+        if backend not in (None, 'xla', 'gloo'):
+            print_log(f'XLAStrategy: dist_cfg backend={backend!r} ignored; device collectives use '
+                      'XLA and host-side ones gloo.', logger='current', level=logging.INFO)
+        runtime.require('torch_xla.distributed.xla_backend')  # registers 'xla' and 'xla://'
+        if not dist.is_initialized():
+            dist.init_process_group('gloo', init_method='xla://', **kwargs)
+        self.xla_group = dist.new_group(backend='xla')
+
+    def _set_randomness(self, seed: Optional[int] = None, diff_rank_seed: bool = False,
+                        deterministic: bool = False) -> None:
+        super()._set_randomness(seed=seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
+        # Dropout, drop-path and any torch.rand on the device draw from XLA's own generator.
+        runtime.require('torch_xla').manual_seed(self._seed)
+
+    def compile_model(self, model: nn.Module, compile: Union[dict, bool] = False) -> nn.Module:
+        if compile:
+            print_log('XLAStrategy: cfg.compile is ignored; XLA already compiles the whole step.',
+                      logger='current', level=logging.WARNING)
+        return model
+
+    def convert_model(self, model: nn.Module) -> nn.Module:
+        # torch's SyncBatchNorm runs on CUDA/NCCL only: on XLA, BatchNorm statistics stay per replica.
+        return revert_sync_batchnorm(model)
+
+    def _wrap_model(self, model: nn.Module) -> nn.Module:
+        model = self.convert_model(model)
+        return model.to(runtime.device())
+
+    def build_optim_wrapper(self, optim_wrapper, model: Optional[nn.Module] = None):
+        if isinstance(optim_wrapper, dict) and ('optimizer' in optim_wrapper
+                                                 or 'constructor' in optim_wrapper):
+            optim_wrapper = xla_optim_wrapper_cfg(optim_wrapper)
+        wrapper = super().build_optim_wrapper(optim_wrapper, model)
+        if isinstance(wrapper, BaseOptimWrapper) and not hasattr(wrapper, 'pop_scalars'):
+            print_log(f'XLAStrategy: {type(wrapper).__name__} does not all-reduce gradients across '
+                      'XLA replicas; use vit_plugin.XLAOptimWrapper for data-parallel training.',
+                      logger='current', level=logging.WARNING)
+        return wrapper
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def model_state_dict(self) -> dict:
+        return runtime.to_cpu(self.model.state_dict())
+
+    def optim_state_dict(self) -> dict:
+        return runtime.to_cpu(super().optim_state_dict())
+
+    def save_checkpoint(self, filename: str, *, save_optimizer: bool = True,
+                        save_param_scheduler: bool = True, extra_ckpt: Optional[dict] = None,
+                        callback: Optional[Callable] = None) -> None:
+        """Save a CPU-only checkpoint from the global master replica (others return at once)."""
+        if not runtime.is_master():
+            return
+        super().save_checkpoint(filename, save_optimizer=save_optimizer,
+                                save_param_scheduler=save_param_scheduler, extra_ckpt=extra_ckpt,
+                                callback=callback)
+
+    def load_checkpoint(self, filename: str, *, map_location: Union[str, Callable] = 'cpu',
+                        strict: bool = False, revise_keys: list = [(r'^module.', '')],
+                        callback: Optional[Callable] = None) -> dict:
+        """Load through the CPU (``'default'`` means CPU here): ``load_state_dict`` then copies
+        weights, and the optimizer its state, onto the XLA device."""
+        if map_location == 'default':
+            map_location = 'cpu'
+        return super().load_checkpoint(filename, map_location=map_location, strict=strict,
+                                       revise_keys=revise_keys, callback=callback)
