@@ -18,6 +18,9 @@ default_hooks = dict(
     visualization=dict(type='VisualizationHook', enable=False),
     # Random streams derived from (seed, step): `--resume` repeats the uninterrupted run exactly.
     rng_reseed=dict(type='vit_plugin.RNGReseedHook'),
+    # Adapts position embeddings inside checkpoints read by load_from/--resume (and resets the
+    # optimizer state of resized tensors), so a run can resume at another resolution.
+    pos_embed_resize=dict(type='vit_plugin.PosEmbedResizeHook'),
 )
 
 env_cfg = dict(
