@@ -70,6 +70,6 @@ param_scheduler = [
          convert_to_iter_based=True),
 ]
 # From scratch: no layer decay (rate 1.0), a higher learning rate than fine-tuning.
-optim_wrapper = dict(optimizer=dict(lr=2e-3, weight_decay=0.05), paramwise_cfg=dict(layer_decay_rate=1.0))
+optim_wrapper = dict(optimizer=dict(lr=1e-3, weight_decay=0.05), paramwise_cfg=dict(layer_decay_rate=1.0))
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=max_epochs, max_keep_ckpts=1))
 auto_scale_lr = dict(enable=False)

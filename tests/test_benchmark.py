@@ -44,8 +44,11 @@ def test_tiny_run_prints_a_table_and_writes_json(bench, tmp_path, capsys):
     assert rows['ours', 'infer']['params'] == rows['timm', 'infer']['params']  # identical shapes
     for row in saved['rows']:
         assert len(row['times_s']) == 2 and row['img_per_s'] > 0 and row['peak_mb'] > 0
+        assert row['matmul_peak_gflops'] > 0
+        # the GEMM ceiling (the model's matmuls alone) is the fp32-inference reference
+        assert (row['gemm_ceiling_gflops'] or 0) > 0 if row['mode'] == 'infer' else row['gemm_ceiling_gflops'] is None
         flops = bench.vit_flops('ti', 32, 16, 1000) * 2 * (3 if row['mode'] == 'train' else 1)
         assert row['gflops'] == pytest.approx(flops / (row['ms_per_iter'] / 1e3) / 1e9)
-    assert saved['matmul_gflops']['fp32'] > 0
+    assert saved['matmul_gflops']['fp32'] > 0 and saved['matmul_gflops_after']['fp32'] > 0
     table = capsys.readouterr().out
     assert 'vs best peer' in table and table.split('vs best peer')[1].count('ours') == 2  # one row per mode

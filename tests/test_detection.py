@@ -4,12 +4,14 @@ into the detector, and a real (short) train + COCO evaluation run on CPU."""
 import glob
 import json
 import math
+import os
 import os.path as osp
 
 import cv2
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.hooks import Hook
 from PIL import Image
@@ -131,6 +133,16 @@ def test_simple_feature_pyramid_strides_and_modes():
         rescale(maps[:3])
     with pytest.raises(ValueError, match='4.0, 2.0, 1.0 or 0.5'):
         SimpleFeaturePyramid(in_channels=64, scale_factors=(8.0, ))
+    # GroupNorm instead of channel LayerNorm: same shapes; each output level normalised per group
+    grouped = SimpleFeaturePyramid(in_channels=64, out_channels=32, num_outs=5, norm='GN')
+    grouped.init_weights()
+    assert not any(isinstance(m, nn.LayerNorm) for m in grouped.modules())
+    outs = grouped(torch.randn(2, 64, 6, 10))
+    assert [tuple(o.shape[1:]) for o in outs][:4] == [(32, 24, 40), (32, 12, 20), (32, 6, 10), (32, 3, 5)]
+    groups = outs[2].reshape(2, 32, -1)  # 32 channels -> 32 groups of one channel
+    torch.testing.assert_close(groups.mean(-1), torch.zeros(2, 32), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="'LN' or 'GN'"):
+        SimpleFeaturePyramid(in_channels=64, norm='BN')
 
 
 # ---------------------------------------------------------------------------------------------- layer decay
@@ -209,6 +221,40 @@ def test_shapes_coco_boxes_masks_and_determinism(tmp_path):
         assert pixels[inner].std(0).max() < 12
     with pytest.raises(ValueError, match='size_range'):
         make_shapes_coco(str(tmp_path / 'c'), dict(val=1), size_range=(8, 4))
+    with pytest.raises(ValueError, match='colour_mode'):
+        make_shapes_coco(str(tmp_path / 'c'), dict(val=1), colour_mode='rainbow')
+
+
+def _object_colours(root, split_file):
+    """Mean RGB inside each (eroded) object mask, with its label."""
+    from pycocotools import mask as mask_utils
+    coco = json.load(open(split_file))
+    out = []
+    for ann in coco['annotations']:
+        image = coco['images'][ann['image_id'] - 1]
+        mask = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects(ann['segmentation'], image['height'],
+                                                                         image['width'])))
+        inner = cv2.erode(mask, np.ones((3, 3), np.uint8)).astype(bool)
+        pixels = np.asarray(Image.open(osp.join(root, 'train', image['file_name'])).convert('RGB'), np.float32)
+        out.append((ann['category_id'] - 1, pixels[inner].mean(0)))
+    return out
+
+
+def test_shapes_colour_modes_and_regeneration(tmp_path):
+    from vit_plugin.datasets.shapes_coco import PALETTE, make_shapes_coco
+    root = str(tmp_path / 'shapes')
+    files = make_shapes_coco(root, dict(train=12), colour_mode='class')
+    # 'class': every object is its class's palette colour, jittered by at most 40 per channel
+    for label, colour in _object_colours(root, files['train']):
+        assert np.abs(colour - np.array(PALETTE[label])).max() <= 41, (label, colour)
+    before = os.path.getmtime(files['train'])
+    make_shapes_coco(root, dict(train=12), colour_mode='class')  # same arguments: kept as it is
+    assert os.path.getmtime(files['train']) == before
+    # other arguments: the split is written again, and 'random' colours ignore the palette
+    make_shapes_coco(root, dict(train=12), colour_mode='random')
+    assert json.load(open(files['train']))['info']['colour_mode'] == 'random'
+    off_palette = [np.abs(c - np.array(PALETTE[label])).max() > 41 for label, c in _object_colours(root, files['train'])]
+    assert sum(off_palette) > len(off_palette) / 2
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -328,24 +374,27 @@ class _LossRecorder(Hook):
 
 @pytest.mark.slow
 def test_short_training_on_shapes_learns_and_is_coco_evaluated(tmp_path):
-    """Real mmdet training on CPU: losses finite and falling, then COCO bbox and segm evaluation."""
-    runner = _demo_runner(tmp_path, max_epochs=20, num_images=dict(train=64, val=24))
+    """Real mmdet training on CPU from scratch: losses finite and falling, COCO bbox and segm evaluation,
+    and detections clearly better than chance."""
+    runner = _demo_runner(tmp_path, max_epochs=10, num_images=dict(train=128, val=32))
     recorder = _LossRecorder()
     runner.register_hook(recorder)
     runner.train()
     losses = recorder.losses
-    assert len(losses) == 20 * 8 and all(math.isfinite(v) for v in losses)
+    assert len(losses) == 10 * 16 and all(math.isfinite(v) for v in losses)
     first, last = np.mean(losses[:10]), np.mean(losses[-10:])
-    assert last < 0.6 * first, (first, last)
+    assert last < 0.75 * first, (first, last)
     metrics = runner.val()
-    print('shapes mAP after 20 epochs (160 iterations):', {k: round(v, 3) for k, v in metrics.items() if k.endswith('mAP')})
-    # COCO evaluation of both tasks ran on the real predictions. The mAP this short from-scratch run
-    # reaches is near zero and varies with thread counts (seen: bbox 0.014/segm 0.012 with 1 thread,
-    # bbox 0.005 with 2; 40 epochs: 0.006/0.002), so no threshold is asserted on it: reaching a
-    # clearly non-zero mAP needs a better from-scratch recipe (open in issue 7).
+    print('shapes mAP after 10 epochs (160 iterations):', {k: round(v, 3) for k, v in metrics.items() if 'mAP' in k})
     for task in ('bbox', 'segm'):
         for key in ('mAP', 'mAP_50', 'mAP_75'):
             assert 0.0 <= metrics[f'coco/{task}_{key}'] <= 1.0, (task, key, metrics)
+    # A plain ViT trained from scratch learns slowly (the paper's point: it lacks a CNN's priors), so the
+    # bar is "clearly above an untrained model", not a good detector. Measured with this recipe (2
+    # threads): bbox mAP 0.027 / mAP_50 0.115, segm mAP_50 0.118; the untrained model scores 0.0, and
+    # the same run on random-colour shapes stayed at or below 0.025 mAP_50.
+    assert metrics['coco/bbox_mAP_50'] >= 0.05, metrics
+    assert metrics['coco/segm_mAP_50'] >= 0.05, metrics
 
 
 def test_backbone_and_neck_under_bf16_autocast_match_fp32(tmp_path):

@@ -108,6 +108,28 @@ def test_bf16_autocast_follows_timm():
     assert ours.blocks[0].mlp.fc2.weight.grad.dtype == torch.float32
 
 
+@pytest.mark.parametrize('approximate', ['none', 'tanh'])
+def test_fused_linear_gelu_equals_the_plain_layers(approximate):
+    # The fp32 CPU inference path fuses bias + GELU into the GEMM (oneDNN post-ops); every other case
+    # (autograd, autocast) must fall back to the plain ops. Both must compute F.gelu(linear(x)).
+    from vit_plugin.models import fused_ops
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 192)
+    x = torch.randn(2, 17, 48)
+    reference = F.gelu(linear(x), approximate=approximate).detach()
+    with torch.no_grad():
+        assert fused_ops.onednn_fusion_applies(x, linear) == (fused_ops._LINEAR_POINTWISE is not None)
+        torch.testing.assert_close(fused_ops.linear_gelu(x, linear, approximate), reference, rtol=0, atol=1e-5)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            assert not fused_ops.onednn_fusion_applies(x, linear)
+            assert fused_ops.linear_gelu(x, linear, approximate).dtype == torch.bfloat16
+    assert not fused_ops.onednn_fusion_applies(x, linear)  # autograd on: no backward for the fused kernel
+    out = fused_ops.linear_gelu(x, linear, approximate)
+    torch.testing.assert_close(out.detach(), reference, rtol=0, atol=1e-6)
+    out.sum().backward()
+    assert linear.weight.grad is not None
+
+
 def _official_forward_numpy(model: ViT, images: np.ndarray) -> np.ndarray:
     """The official Flax ViT forward pass written from its formulas in float64 NumPy.
 

@@ -3,10 +3,13 @@
 For every requested arch the three models are built with identical shapes (a ViT backbone plus a
 linear classifier on the class token), then timed in turns: each repeat runs every model once
 (inference, then a training step: forward + cross-entropy + backward + AdamW step) so that load from
-other processes hits all of them alike, and the median over repeats is reported. The machine's matmul
-GFLOP/s is measured in the same process and each model's achieved GFLOP/s (analytic FLOPs of the
-architecture / time) is printed as a fraction of it. On CPUs with AVX512-BF16 (or AMX-BF16) bf16
-autocast inference is reported as well.
+other processes hits all of them alike, and the median over repeats is reported. Two references are
+timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of the architecture /
+time) is printed as a fraction of both: the machine's matmul peak (a square 2048 matmul, in the
+run's dtype) and, for fp32 inference, the "GEMM ceiling": the model's own matrix products alone
+(dense layers and attention matmuls with their real shapes, back to back), i.e. what the model would
+reach if everything else (norms, GELU, softmax, residuals, layouts) were free. On CPUs with
+AVX512-BF16 (or AMX-BF16) bf16 autocast inference is reported as well.
 
 Example::
 
@@ -82,19 +85,63 @@ def wants_bf16(args, flags: set) -> bool:
     return args.dtype == 'bf16' or args.bf16 == 'on' or (args.bf16 == 'auto' and has_bf16(flags))
 
 
-def matmul_gflops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
-    """Median GFLOP/s of a square ``size`` matmul with the current thread setting."""
+def make_matmul_step(dtype: torch.dtype = torch.float32, size: int = 2048) -> Callable:
+    """One square ``size`` matmul (2 * size**3 FLOPs) on preallocated operands."""
     a = torch.randn(size, size).to(dtype)
     b = torch.randn(size, size).to(dtype)
     out = torch.empty(size, size, dtype=dtype)
-    for _ in range(2):
-        torch.mm(a, b, out=out)
+    return lambda: torch.mm(a, b, out=out)
+
+
+def time_median(step: Callable, repeats: int = 5, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        step()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        torch.mm(a, b, out=out)
+        step()
         times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times) / 1e9
+    return statistics.median(times)
+
+
+def matmul_gflops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of a square ``size`` matmul with the current thread setting."""
+    return 2 * size**3 / time_median(make_matmul_step(dtype, size), repeats) / 1e9
+
+
+def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int) -> Callable:
+    """One forward's worth of a ViT's matrix products alone, with their real shapes.
+
+    Per block: the qkv, output, fc1 and fc2 GEMMs on (batch * tokens) rows, and per head q @ k^T and
+    attention @ v as batched matmuls; plus the patch embedding as a GEMM. Its FLOPs are
+    ``batch * vit_flops(arch, img_size, patch, num_classes=0)``.
+    """
+    dims, layers, heads, mlp = ARCHS[arch]
+    patches = (img_size // patch)**2
+    rows, tokens, head_dims = batch * (patches + 1), patches + 1, dims // heads
+    x = torch.randn(rows, dims)
+    weights = [torch.randn(3 * dims, dims), torch.randn(dims, dims), torch.randn(mlp, dims), torch.randn(dims, mlp)]
+    hidden = torch.randn(rows, mlp)
+    q = torch.randn(batch * heads, tokens, head_dims)
+    scores = torch.randn(batch * heads, tokens, tokens)
+    pixels, kernel = torch.randn(batch * patches, 3 * patch * patch), torch.randn(dims, 3 * patch * patch)
+
+    def forward_gemms():
+        pixels @ kernel.t()
+        for _ in range(layers):
+            x @ weights[0].t()
+            x @ weights[1].t()
+            x @ weights[2].t()
+            hidden @ weights[3].t()
+            torch.bmm(q, q.transpose(1, 2))
+            torch.bmm(scores, q)
+    return forward_gemms
+
+
+def gemm_ceiling_gflops(arch: str, img_size: int, patch: int, batch: int, repeats: int = 5) -> float:
+    """GFLOP/s of :func:`make_gemm_ceiling_step` (median of ``repeats``)."""
+    step = make_gemm_ceiling_step(arch, img_size, patch, batch)
+    return batch * vit_flops(arch, img_size, patch, num_classes=0) / time_median(step, repeats, warmup=1) / 1e9
 
 
 # ---------------------------------------------------------------------------------------- models
@@ -193,9 +240,19 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
     configs = [(mode, args.dtype == 'bf16') for mode in args.modes]
     if wants_bf16(args, flags) and args.dtype == 'fp32' and 'infer' in args.modes:
         configs.append(('infer', True))
+    # References timed in the same rounds as the models, so drifting machine speed hits them alike:
+    # the square matmul peak (in the run's dtype) and, for fp32 inference, the model's GEMMs alone.
+    references = {'matmul peak': {False: make_matmul_step(torch.float32, args.matmul_size),
+                                  True: make_matmul_step(torch.bfloat16, args.matmul_size)},
+                  'GEMM ceiling': make_gemm_ceiling_step(arch, args.img_size, args.patch_size, args.batch)}
+    reference_flops = {'matmul peak': 2 * args.matmul_size**3,
+                       'GEMM ceiling': args.batch * vit_flops(arch, args.img_size, args.patch_size, 0)}
     rows = []
     for mode, autocast in configs:
         steps = {name: make_step(m, mode, x, y, autocast) for name, m in models.items()}
+        steps['matmul peak'] = references['matmul peak'][autocast]
+        if (mode, autocast) == ('infer', False):
+            steps['GEMM ceiling'] = references['GEMM ceiling']
         for step in steps.values():
             for _ in range(args.warmup):
                 step()
@@ -209,35 +266,46 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
         flops = vit_flops(arch, args.img_size, args.patch_size, args.num_classes) * args.batch
         if mode == 'train':
             flops *= 3  # backward costs two forwards (grads w.r.t. inputs and weights)
+        reference = {name: reference_flops[name] / statistics.median(times[name]) / 1e9
+                     for name in reference_flops if name in times}
+        dtype = 'bf16-autocast' if autocast else 'fp32'
+        print(f'  {arch} {mode} {dtype}: ' + ', '.join(f'{k} {v:.1f} GFLOP/s' for k, v in reference.items()),
+              flush=True)
         for name, step in steps.items():
+            if name in reference_flops:
+                continue
             median = statistics.median(times[name])
-            print(f'  {arch} {mode} {"bf16-autocast" if autocast else "fp32"} {name}: {args.batch / median:.3f} img/s',
-                  flush=True)
-            rows.append(dict(arch=arch, model=name, mode=mode, dtype='bf16-autocast' if autocast else 'fp32',
+            print(f'  {arch} {mode} {dtype} {name}: {args.batch / median:.3f} img/s', flush=True)
+            rows.append(dict(arch=arch, model=name, mode=mode, dtype=dtype,
                              params=params[name], img_per_s=args.batch / median, ms_per_iter=median * 1e3,
                              times_s=times[name], gflops=flops / median / 1e9,
+                             matmul_peak_gflops=reference['matmul peak'],
+                             gemm_ceiling_gflops=reference.get('GEMM ceiling'),
                              peak_mb=None if args.no_memory else peak_memory_mb(step)))
     for name, note in notes.items():
         rows.append(dict(arch=arch, model=name, note=note))
     return rows
 
 
-def print_table(rows: List[Dict], peaks: Dict[str, float]):
+def print_table(rows: List[Dict]):
     header = f"{'arch':<5}{'mode':<7}{'dtype':<15}{'model':<12}{'img/s':>9}{'ms/iter':>10}{'GFLOP/s':>10}" \
-             f"{'of peak':>9}{'peak MiB':>10}{'vs best peer':>14}"
+             f"{'of peak':>9}{'of GEMMs':>10}{'peak MiB':>10}{'vs best peer':>14}"
     print(header)
     print('-' * len(header))
     for row in rows:
         if 'note' in row:
             print(f"{row['arch']:<5}{row['model']:<12}{row['note']}")
             continue
-        peak = peaks['bf16' if row['dtype'] != 'fp32' else 'fp32'] or float('nan')
+        peak = row['matmul_peak_gflops']
         peers = [r['img_per_s'] for r in rows if 'note' not in r and r['model'] != 'ours'
                  and (r['arch'], r['mode'], r['dtype']) == (row['arch'], row['mode'], row['dtype'])]
         ratio = f"{row['img_per_s'] / max(peers):.3f}" if row['model'] == 'ours' and peers else ''
         mem = f"{row['peak_mb']:.0f}" if row['peak_mb'] is not None else '-'
+        # the GEMM ceiling is an fp32 inference reference: other rows get '-'
+        of_gemms = f"{row['gflops'] / row['gemm_ceiling_gflops']:.2f}" if row['gemm_ceiling_gflops'] else '-'
         print(f"{row['arch']:<5}{row['mode']:<7}{row['dtype']:<15}{row['model']:<12}{row['img_per_s']:>9.1f}"
-              f"{row['ms_per_iter']:>10.1f}{row['gflops']:>10.1f}{row['gflops'] / peak:>9.2f}{mem:>10}{ratio:>14}")
+              f"{row['ms_per_iter']:>10.1f}{row['gflops']:>10.1f}{row['gflops'] / peak:>9.2f}{of_gemms:>10}{mem:>10}"
+              f"{ratio:>14}")
 
 
 def main(argv=None):
@@ -245,15 +313,15 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     flags = cpu_flags()
     peaks = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}
-    peaks['bf16'] = matmul_gflops(torch.bfloat16, args.matmul_size) if wants_bf16(args, flags) else None
     rows = []
     for arch in args.arch:
         rows.extend(run_arch(arch, args, flags))
-    peaks_after = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}  # load may change while we run: report both
+    peaks_after = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}
     print(f'torch {torch.__version__}, {args.threads} threads, batch {args.batch}, {args.img_size} px, '
-          f'patch {args.patch_size}; matmul peak fp32 {peaks["fp32"]:.1f} GFLOP/s (after: '
-          f'{peaks_after["fp32"]:.1f}), bf16 {peaks["bf16"] or float("nan"):.1f}; AVX512-BF16: {has_bf16(flags)}')
-    print_table(rows, peaks)
+          f'patch {args.patch_size}; square-matmul fp32 GFLOP/s {peaks["fp32"]:.1f} at the start, '
+          f'{peaks_after["fp32"]:.1f} at the end (the table divides by readings taken in the same rounds '
+          f'as each row); AVX512-BF16: {has_bf16(flags)}')
+    print_table(rows)
     result = dict(argv=sys.argv[1:] if argv is None else argv, torch=torch.__version__, python=platform.python_version(),
                   cpu=platform.processor() or platform.machine(), threads=args.threads, batch=args.batch,
                   img_size=args.img_size, patch_size=args.patch_size, avx512_bf16=has_bf16(flags),

@@ -1,8 +1,12 @@
 """A small generated detection / instance-segmentation dataset in COCO format ("shapes").
 
-Circles, squares and triangles of random size, colour and rotation on varied backgrounds (flat,
-gradient, blotchy noise, stripes), written as PNG images plus COCO ``instances`` json files with
-boxes and polygon masks. Objects never overlap, so every polygon is exactly its visible mask. It
+Circles, squares and triangles of random size and rotation on varied backgrounds (flat, gradient,
+blotchy noise, stripes), written as PNG images plus COCO ``instances`` json files with boxes and
+polygon masks. By default every class has its own hue (jittered per object), so that colour as well
+as outline identifies it; ``colour_mode='random'`` paints objects in any colour that contrasts with
+their surroundings, so that only the outline does. The random-colour variant is much harder for a
+ViT trained from scratch: with no convolutional prior its linear patch embedding sees a colour
+change, not an edge, and a tiny ViT learns little in a CPU-sized budget (see issue 7's notes). Objects never overlap, so every polygon is exactly its visible mask. It
 exists so that the whole mmdet train / eval loop, COCO mAP included, can run on a CPU in seconds with
 no download: the tests and the detection demo config use it.
 """
@@ -64,7 +68,12 @@ def _contrasting_colour(rng: np.random.Generator, background: np.ndarray) -> np.
     return 255 - mean.astype(np.int64)
 
 
-def _make_image(rng, image_id: int, size_range: Tuple[int, int], max_objects: int):
+def _class_colour(rng: np.random.Generator, label: int) -> np.ndarray:
+    """The class's palette colour, each channel jittered by up to +-40."""
+    return np.clip(np.array(PALETTE[label]) + rng.integers(-40, 41, 3), 0, 255)
+
+
+def _make_image(rng, image_id: int, size_range: Tuple[int, int], max_objects: int, colour_mode: str):
     h, w = (int(rng.integers(size_range[0], size_range[1] + 1)) for _ in range(2))
     img = _background(rng, h, w)
     boxes, annotations = [], []
@@ -81,7 +90,7 @@ def _make_image(rng, image_id: int, size_range: Tuple[int, int], max_objects: in
         else:
             continue
         region = img[max(int(y0), 0):int(y1) + 1, max(int(x0), 0):int(x1) + 1]
-        colour = _contrasting_colour(rng, region)
+        colour = _contrasting_colour(rng, region) if colour_mode == 'random' else _class_colour(rng, label)
         cv2.fillPoly(img, [np.round(poly * 16).astype(np.int32)], colour.tolist(), lineType=cv2.LINE_AA, shift=4)
         boxes.append((x0, y0, x1, y1))
         area = 0.5 * abs(np.dot(poly[:, 0], np.roll(poly[:, 1], 1)) - np.dot(poly[:, 1], np.roll(poly[:, 0], 1)))
@@ -95,11 +104,13 @@ def make_shapes_coco(out_dir: str,
                      num_images: Optional[Dict[str, int]] = None,
                      size_range: Sequence[int] = (96, 160),
                      max_objects: int = 4,
-                     seed: int = 0) -> Dict[str, str]:
+                     seed: int = 0,
+                     colour_mode: str = 'class') -> Dict[str, str]:
     """Write the shapes dataset in COCO layout and return the annotation file of each split.
 
     Layout: ``out_dir/{split}/{id:06d}.png`` and ``out_dir/annotations/instances_{split}.json``.
-    Generation is deterministic for a given seed; an existing, complete split is kept as it is.
+    Generation is deterministic for the given arguments. A split already on disk is kept if it was
+    generated with the same arguments (recorded in the json's ``info``) and written again otherwise.
 
     Args:
         out_dir (str): Root directory (created if needed).
@@ -109,6 +120,8 @@ def make_shapes_coco(out_dir: str,
             so images are non-square. Defaults to (96, 160).
         max_objects (int): At most this many objects per image (at least one). Defaults to 4.
         seed (int): Random seed. Defaults to 0.
+        colour_mode (str): 'class' (each class its own jittered hue) or 'random' (any contrasting
+            colour). Defaults to 'class'.
 
     Returns:
         dict[str, str]: split -> path of its annotation json.
@@ -116,25 +129,31 @@ def make_shapes_coco(out_dir: str,
     num_images = dict(train=128, val=32) if num_images is None else dict(num_images)
     if len(size_range) != 2 or not 32 <= size_range[0] <= size_range[1]:
         raise ValueError(f'size_range must be (min_side, max_side) with 32 <= min <= max, got {size_range}')
+    if colour_mode not in ('class', 'random'):
+        raise ValueError(f"colour_mode must be 'class' or 'random', got {colour_mode!r}")
     os.makedirs(osp.join(out_dir, 'annotations'), exist_ok=True)
     ann_files = {}
     for split_index, (split, count) in enumerate(sorted(num_images.items())):
         ann_file = osp.join(out_dir, 'annotations', f'instances_{split}.json')
         ann_files[split] = ann_file
-        if osp.exists(ann_file) and len(json.load(open(ann_file))['images']) == count:
-            continue
+        info = dict(description='vit_plugin generated shapes', version=2, num_images=count,
+                    size_range=list(size_range), max_objects=max_objects, seed=seed, colour_mode=colour_mode)
+        if osp.exists(ann_file):
+            with open(ann_file) as f:
+                if json.load(f).get('info') == info:
+                    continue
         rng = np.random.default_rng([seed, split_index])
         os.makedirs(osp.join(out_dir, split), exist_ok=True)
         images, annotations = [], []
         for image_id in range(1, count + 1):
-            img, anns = _make_image(rng, image_id, tuple(size_range), max_objects)
+            img, anns = _make_image(rng, image_id, tuple(size_range), max_objects, colour_mode)
             file_name = f'{image_id:06d}.png'
             cv2.imwrite(osp.join(out_dir, split, file_name), img[..., ::-1])  # RGB -> BGR for cv2
             images.append(dict(id=image_id, file_name=file_name, height=img.shape[0], width=img.shape[1]))
             for ann in anns:
                 ann['id'] = len(annotations) + 1
                 annotations.append(ann)
-        coco = dict(images=images, annotations=annotations,
+        coco = dict(info=info, images=images, annotations=annotations,
                     categories=[dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)])
         tmp = ann_file + f'.tmp{os.getpid()}'
         with open(tmp, 'w') as f:
@@ -155,14 +174,16 @@ class ShapesCocoDataset(CocoDataset):
         num_images (dict[str, int], optional): Images per split when generating. Defaults to None
             (see :func:`make_shapes_coco`).
         seed (int): Generation seed. Defaults to 0.
+        colour_mode (str): 'class' or 'random', see :func:`make_shapes_coco`. Defaults to 'class'.
         **kwargs: Everything else mmdet's ``CocoDataset`` takes (pipeline, data_prefix, ...).
     """
     METAINFO = dict(classes=CLASSES, palette=PALETTE)
 
     def __init__(self, data_root: str, ann_file: str, num_images: Optional[Dict[str, int]] = None,
-                 seed: int = 0, **kwargs):
-        if not osp.isfile(osp.join(data_root, ann_file)):
-            make_shapes_coco(data_root, num_images, seed=seed)
+                 seed: int = 0, colour_mode: str = 'class', **kwargs):
+        if num_images is not None or not osp.isfile(osp.join(data_root, ann_file)):
+            # (re)generates only what is missing or was made with other arguments
+            make_shapes_coco(data_root, num_images, seed=seed, colour_mode=colour_mode)
             if not osp.isfile(osp.join(data_root, ann_file)):
                 raise FileNotFoundError(f'{osp.join(data_root, ann_file)} was not generated: ann_file must be '
                                         f'annotations/instances_<split>.json with <split> a key of num_images')
@@ -177,5 +198,7 @@ if __name__ == '__main__':
     parser.add_argument('--train', type=int, default=128, help='training images')
     parser.add_argument('--val', type=int, default=32, help='validation images')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--colour-mode', default='class', choices=['class', 'random'])
     args = parser.parse_args()
-    print(make_shapes_coco(args.out_dir, dict(train=args.train, val=args.val), seed=args.seed))
+    print(make_shapes_coco(args.out_dir, dict(train=args.train, val=args.val), seed=args.seed,
+                           colour_mode=args.colour_mode))

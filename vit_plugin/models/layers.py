@@ -10,6 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from .fused_ops import linear_gelu, linear_residual
+
 
 def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
     """Flax's default kernel init: a normal truncated at two std, rescaled to variance 1 / fan_in.
@@ -221,44 +223,11 @@ class Mlp(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """``drop1(GELU(fc1(x)))``; GELU runs in place when no autograd graph is recorded."""
-        x = self.fc1(x)
-        if torch.is_grad_enabled() and x.requires_grad:
-            x = self.act(x)
-        else:
-            x = torch._C._nn.gelu_(x, approximate=self.act.approximate)  # saves a (B, N, 4D) buffer
-        return self.drop1(x)
+        """``drop1(GELU(fc1(x)))``, with GELU fused into the GEMM where possible (see fused_ops)."""
+        return self.drop1(linear_gelu(x, self.fc1, self.act.approximate))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.hidden(x)))
-
-
-def linear_residual(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear, inplace: bool = False) -> torch.Tensor:
-    """``residual + linear(x)`` with the residual as the GEMM's accumulator.
-
-    A plain ``residual + linear(x)`` writes the product into a fresh buffer that first receives the
-    broadcast bias, then reads it back for the addition. Here ``residual + bias`` is formed once and
-    the GEMM accumulates onto it (``beta=1``): one buffer and one memory pass fewer per residual
-    branch, in training and inference alike (autograd handles the in-place GEMM). Only the summation
-    order differs, i.e. float rounding.
-
-    Args:
-        residual (Tensor): (..., out_features).
-        x (Tensor): (..., in_features), same leading shape.
-        linear (nn.Linear): The projection.
-        inplace (bool): Accumulate into ``residual`` itself (no graph may need it). Defaults to False.
-    """
-    if torch.is_autocast_enabled(x.device.type) or x.dtype != residual.dtype:
-        # Autocast does not cover in-place GEMMs: keep the plain form (fp32 residual + low-precision branch).
-        branch = linear(x)
-        return residual.add_(branch) if inplace else residual + branch
-    shape = residual.shape
-    out = residual.reshape(-1, shape[-1])
-    if linear.bias is not None:
-        out = out.add_(linear.bias) if inplace else out + linear.bias
-    elif not inplace:
-        out = out.clone()
-    return out.addmm_(x.reshape(-1, x.shape[-1]), linear.weight.t()).view(shape)
 
 
 class EncoderBlock(nn.Module):
