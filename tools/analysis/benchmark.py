@@ -138,12 +138,6 @@ def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int) -> 
     return forward_gemms
 
 
-def gemm_ceiling_gflops(arch: str, img_size: int, patch: int, batch: int, repeats: int = 5) -> float:
-    """GFLOP/s of :func:`make_gemm_ceiling_step` (median of ``repeats``)."""
-    step = make_gemm_ceiling_step(arch, img_size, patch, batch)
-    return batch * vit_flops(arch, img_size, patch, num_classes=0) / time_median(step, repeats, warmup=1) / 1e9
-
-
 # ---------------------------------------------------------------------------------------- models
 def vit_flops(arch: str, img_size: int, patch: int, num_classes: int) -> float:
     """Forward FLOPs (2 x multiply-adds) of the matmuls/convs of a class-token ViT, per image."""
@@ -242,8 +236,8 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
         configs.append(('infer', True))
     # References timed in the same rounds as the models, so drifting machine speed hits them alike:
     # the square matmul peak (in the run's dtype) and, for fp32 inference, the model's GEMMs alone.
-    references = {'matmul peak': {False: make_matmul_step(torch.float32, args.matmul_size),
-                                  True: make_matmul_step(torch.bfloat16, args.matmul_size)},
+    references = {'matmul peak': {autocast: make_matmul_step(torch.bfloat16 if autocast else torch.float32,
+                                                         args.matmul_size) for autocast in {a for _, a in configs}},
                   'GEMM ceiling': make_gemm_ceiling_step(arch, args.img_size, args.patch_size, args.batch)}
     reference_flops = {'matmul peak': 2 * args.matmul_size**3,
                        'GEMM ceiling': args.batch * vit_flops(arch, args.img_size, args.patch_size, 0)}
