@@ -5,12 +5,14 @@ need gigabytes); :func:`measure_model` measures any built model with PyTorch's F
 FLOPs follow the convention of mmengine/fvcore/timm tables: one fused multiply-add counts as one
 FLOP (i.e. MACs); normalisations, softmax, GELU and bias additions are not counted.
 """
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from vit_plugin.models.backbones.vit import ViT
+from vit_plugin.models.fused_ops import _LINEAR_POINTWISE
 from vit_plugin.models.pos_embed import to_2tuple
 
 #: The paper's Table 1 (layers, hidden size D, MLP size, heads, parameters as printed).
@@ -67,6 +69,12 @@ def _addmm_flops(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
     return 2 * a_shape[0] * a_shape[1] * b_shape[1]
 
 
+def _linear_pointwise_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """oneDNN's fused linear (+ GELU) of fused_ops.linear_gelu: x (..., in) @ w (out, in)^T."""
+    rows = math.prod(x_shape[:-1])
+    return 2 * rows * x_shape[-1] * w_shape[0]
+
+
 def measure_model(model: nn.Module, input_shape: Tuple[int, int, int, int]) -> Tuple[int, int]:
     """(parameters, multiply-adds) of ``model`` on a zero input of ``input_shape``, measured by torch."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -75,8 +83,12 @@ def measure_model(model: nn.Module, input_shape: Tuple[int, int, int, int]) -> T
     params = sum(p.numel() for p in model.parameters())
     device = next(model.parameters()).device
     aten = torch.ops.aten
-    # torch counts out-of-place addmm only; our blocks accumulate residual projections in place.
-    counter = FlopCounterMode(display=False, custom_mapping={aten.addmm_: _addmm_flops})
+    # torch counts out-of-place addmm only; our blocks accumulate residual projections in place, and in
+    # CPU inference run fc1 + GELU as one oneDNN kernel (fused_ops), which torch has no formula for.
+    mapping = {aten.addmm_: _addmm_flops}
+    if _LINEAR_POINTWISE is not None:
+        mapping[_LINEAR_POINTWISE] = _linear_pointwise_flops
+    counter = FlopCounterMode(display=False, custom_mapping=mapping)
     # The fused CPU attention kernel has no FLOP formula in torch's counter (it would count 0);
     # the math backend decomposes into matmuls, which are counted.
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter:
