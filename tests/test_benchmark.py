@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import statistics
 
 import pytest
 import torch
@@ -52,3 +53,21 @@ def test_tiny_run_prints_a_table_and_writes_json(bench, tmp_path, capsys):
     assert saved['matmul_gflops']['fp32'] > 0 and saved['matmul_gflops_after']['fp32'] > 0
     table = capsys.readouterr().out
     assert 'vs best peer' in table and table.split('vs best peer')[1].count('ours') == 2  # one row per mode
+    ours, timm = rows['ours', 'infer']['times_s'], rows['timm', 'infer']['times_s']
+    assert rows['ours', 'infer']['vs_best_peer'] == pytest.approx(statistics.median(t / o for o, t in zip(ours, timm)))
+
+
+def test_ratio_to_best_peer_is_paired_by_round(bench):
+    """A machine that slows down mid-round must not decide the ranking: ours is 10 % faster than timm in
+    four of five rounds; in the third the slowdown began between the two, and the ratio of medians
+    would then claim 4.4x."""
+    def row(model, times):
+        return dict(arch='s', mode='infer', dtype='fp32', model=model, times_s=times,
+                    img_per_s=8 / sorted(times)[len(times) // 2])
+    rows = [row('ours', [1.0, 1.0, 1.0, 4.0, 4.0]), row('timm', [1.1, 1.1, 4.4, 4.4, 4.4]),
+            row('mmpretrain', [9.0, 9.0, 9.0, 9.0, 9.0]), dict(arch='s', model='other', note='not available')]
+    bench.versus_best_peer(rows)
+    assert rows[0]['best_peer'] == 'timm'  # the faster peer by median throughput
+    assert rows[0]['vs_best_peer'] == pytest.approx(1.1)
+    assert rows[0]['img_per_s'] / rows[1]['img_per_s'] == pytest.approx(4.4)
+    assert 'vs_best_peer' not in rows[1]
