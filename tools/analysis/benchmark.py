@@ -3,9 +3,9 @@
 For every requested arch the three models are built with identical shapes (a ViT backbone plus a
 linear classifier on the class token), then timed in turns: each repeat runs every model once
 (inference, then a training step: forward + cross-entropy + backward + AdamW step) so that load from
-other processes hits all of them alike, and the median over repeats is reported; "vs best peer"
-is the median of the per-round ratios to the faster peer (paired, so drift between rounds cancels). Two references are
-timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of the architecture /
+other processes hits all of them alike, and the median over repeats is reported. "vs best peer" is
+the median of the per-round ratios to the faster peer (paired, so drift between rounds cancels).
+Two references are timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of the architecture /
 time) is printed as a fraction of both: the machine's matmul peak (a square 2048 matmul, in the
 run's dtype) and, for fp32 inference, the "GEMM ceiling": the model's own matrix products alone
 (dense layers and attention matmuls with their real shapes, back to back), i.e. what the model would
