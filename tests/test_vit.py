@@ -130,6 +130,29 @@ def test_fused_linear_gelu_equals_the_plain_layers(approximate):
     assert linear.weight.grad is not None
 
 
+def test_torch_compile_matches_eager():
+    """``torch.compile`` (Inductor on CPU) traces the whole backbone as one graph, in inference (where
+    eager uses the fused oneDNN kernel, which Inductor's lowering cannot take) and in training, and
+    computes what eager computes: outputs and gradients, global and windowed blocks."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ViT(arch=dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128), img_size=32, patch_size=8,
+                out_type='featmap', window_size=2, window_block_indices=(0, ))
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(2, 3, 32, 48)
+    with torch.no_grad():
+        model.eval()
+        torch.testing.assert_close(compiled(x)[0], model(x)[0], rtol=0, atol=1e-5)
+    model.train()
+    compiled(x)[0].square().mean().backward()
+    compiled_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model(x)[0].square().mean().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(compiled_grads[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
+    torch._dynamo.reset()
+
+
 def _official_forward_numpy(model: ViT, images: np.ndarray) -> np.ndarray:
     """The official Flax ViT forward pass written from its formulas in float64 NumPy.
 

@@ -34,11 +34,13 @@ _LINEAR_POINTWISE = _onednn_linear_pointwise()
 def onednn_fusion_applies(x: torch.Tensor, linear: nn.Linear) -> bool:
     """Whether :func:`linear_gelu` can use the fused oneDNN kernel for ``linear(x)``.
 
-    Only without autograd (the kernel has no backward), on CPU fp32 tensors and outside autocast.
+    Only without autograd (the kernel has no backward), on CPU fp32 tensors, outside autocast, and in
+    eager mode: under ``torch.compile`` the plain ops are traced and Inductor fuses them itself (its
+    lowering of this kernel expects weights it has pre-packed and fails on ours).
     """
     return (_LINEAR_POINTWISE is not None and not torch.is_grad_enabled() and x.device.type == 'cpu'
             and x.dtype == torch.float32 and linear.weight.dtype == torch.float32
-            and not torch.is_autocast_enabled('cpu'))
+            and not torch.is_autocast_enabled('cpu') and not torch.compiler.is_compiling())
 
 
 def linear_gelu(x: torch.Tensor, linear: nn.Linear, approximate: str = 'none') -> torch.Tensor:
