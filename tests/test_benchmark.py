@@ -71,3 +71,28 @@ def test_ratio_to_best_peer_is_paired_by_round(bench):
     assert rows[0]['vs_best_peer'] == pytest.approx(1.1)
     assert rows[0]['img_per_s'] / rows[1]['img_per_s'] == pytest.approx(4.4)
     assert 'vs_best_peer' not in rows[1]
+
+
+def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkeypatch):
+    """``--compile`` times the models through torch.compile; a peer that fails (as mmpretrain's ViT
+    does under compile + inference mode) becomes a note instead of ending the run."""
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError('peer cannot run this\nsecond line')
+
+    build = bench.build_model
+    monkeypatch.setattr(bench, 'build_model', lambda name, arch, args: Broken() if name == 'timm' else build(name, arch, args))
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(['--arch', 'ti', '--img-size', '32', '--batch', '2', '--repeats', '2', '--iters', '1',
+                             '--warmup', '1', '--models', 'ours', 'timm', '--modes', 'infer', '--bf16', 'off',
+                             '--threads', '1', '--matmul-size', '128', '--no-memory', '--compile',
+                             '--out', str(tmp_path / 'bench.json')])
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+    assert result['compile'] is True
+    ours, = [r for r in result['rows'] if r['model'] == 'ours']
+    assert ours['img_per_s'] > 0 and 'vs_best_peer' not in ours
+    note, = [r['note'] for r in result['rows'] if r['model'] == 'timm']
+    assert note == 'infer fp32 failed: RuntimeError: peer cannot run this'
