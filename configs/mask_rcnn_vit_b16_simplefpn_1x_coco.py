@@ -1,8 +1,9 @@
 # ViTDet-style Mask R-CNN (Li et al., ECCV 2022) with the paper's ViT-B/16: only the last block's
 # stride-16 map is used, a simple feature pyramid (deconvolutions / identity / pooling, LayerNorm over
 # channels) makes strides 4-64 from it, and most blocks attend within 14x14-patch windows (blocks 2,
-# 5, 8, 11 stay global), which keeps memory and time near-linear in the image area. The rest is
-# mmdet's own Mask R-CNN 1x COCO recipe.
+# 5, 8, 11 stay global), which keeps memory and time near-linear in the image area; every block adds
+# ViTDet's decomposed relative position bias (tables start at zero: the checkpoint has none). The rest
+# is mmdet's own Mask R-CNN 1x COCO recipe.
 _base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 default_scope = 'mmdet'
@@ -25,6 +26,7 @@ model = dict(
         drop_path_rate=0.1,
         window_size=14,
         window_block_indices=None,
+        use_rel_pos=True,
         with_cp=False,  # True: activation checkpointing (see the README's benchmark table)
         init_cfg=dict(type='Pretrained', checkpoint='checkpoints/vit-b16_in21k.pth', prefix='backbone.')),
     # ----------------------------------------------------------------------------------------------------

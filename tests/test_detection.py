@@ -304,9 +304,11 @@ def test_every_detection_config_builds_and_gives_its_pyramid(name):
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def test_classification_checkpoint_loads_into_detector_backbone(tmp_path):
+@pytest.mark.parametrize('use_rel_pos', [False, True])
+def test_classification_checkpoint_loads_into_detector_backbone(tmp_path, use_rel_pos):
     """An mmpretrain classifier of ours trained at 224 initialises the detector's backbone: every
-    backbone tensor is loaded, the 28x28 position table is resized to the detector's 20x20 grid."""
+    backbone tensor is loaded, the 28x28 position table is resized to the detector's 20x20 grid. With
+    ViTDet's relative position bias the tables, absent from the checkpoint, start at zero."""
     from mmengine.registry import init_default_scope
 
     from mmpretrain.registry import MODELS as PRETRAIN_MODELS
@@ -321,12 +323,16 @@ def test_classification_checkpoint_loads_into_detector_backbone(tmp_path):
     torch.save(dict(state_dict=classifier.state_dict(), meta=dict(epoch=1)), path)
 
     cfg = _demo_cfg(init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))
+    cfg.model.backbone.use_rel_pos = use_rel_pos
     detector = _build_detector(cfg)
     assert detector.backbone.patch_grid == (20, 20)
     detector.init_weights()
     source = classifier.backbone.state_dict()
     loaded = detector.backbone.state_dict()
-    assert set(loaded) == set(source)
+    tables = {k for k in loaded if '.attn.rel_pos_' in k}
+    assert len(tables) == (2 * 4 if use_rel_pos else 0)
+    assert set(loaded) - tables == set(source)
+    assert all(loaded[k].abs().max() == 0 for k in tables)
     for key, value in source.items():
         if key not in ('pos_embed', 'pos_embed_grid'):
             torch.testing.assert_close(loaded[key], value, rtol=0, atol=0, msg=key)

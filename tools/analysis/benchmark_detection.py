@@ -1,5 +1,5 @@
-"""Training-step time and peak memory of the ViT Mask R-CNN, with/without activation checkpointing
-and with/without windowed attention.
+"""Training-step time and peak memory of the ViT Mask R-CNN, with/without activation checkpointing,
+windowed attention and ViTDet's relative position bias.
 
 Each variant runs in its own subprocess, so its peak resident memory (``ru_maxrss``) is its own; the
 table reports the peak and the growth over the resident size after the model and optimiser were
@@ -27,12 +27,14 @@ import numpy as np
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(ROOT, 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
-VARIANTS = [  # (name, with_cp, window_size)
-    ('global attention', False, 0),
-    ('global attention + checkpointing', True, 0),
-    ('windowed (14) attention', False, 14),
-    ('windowed (14) attention + checkpointing', True, 14),
-]
+VARIANTS = [  # (name, with_cp, window_size, use_rel_pos)
+    ('global attention', False, 0, False),
+    ('global attention + checkpointing', True, 0, False),
+    ('windowed (14) attention', False, 14, False),
+    ('windowed (14) attention + checkpointing', True, 14, False),
+    ('windowed (14) + rel-pos bias', False, 14, True),
+    ('windowed (14) + rel-pos bias + checkpointing', True, 14, True),
+]  # index 4 is the config's own backbone
 WIDTHS = {'ti': 192, 's': 384, 'b': 768, 'l': 1024, 'h': 1280}
 
 
@@ -44,8 +46,13 @@ def parse_args(argv=None):
     parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up (default 3)')
     parser.add_argument('--threads', type=int, default=None, help='torch threads (default: torch default)')
     parser.add_argument('--out', default=None, help='also write the results as json here')
+    parser.add_argument('--only', type=int, nargs='+', default=None,
+                        help=f'run only these variants (indices 0-{len(VARIANTS) - 1}, see VARIANTS). Default: all.')
     parser.add_argument('--variant', type=int, default=None, help=argparse.SUPPRESS)  # internal: run one
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.only is not None and not all(0 <= i < len(VARIANTS) for i in args.only):
+        parser.error(f'--only takes variant indices 0-{len(VARIANTS) - 1}, got {args.only}')
+    return args
 
 
 def _rss_mib() -> float:
@@ -90,12 +97,12 @@ def run_variant(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    name, with_cp, window = VARIANTS[args.variant]
+    name, with_cp, window, rel_pos = VARIANTS[args.variant]
     cfg = Config.fromfile(CONFIG)
     init_default_scope('mmdet')
     width = WIDTHS[args.arch]
     cfg.model.backbone.update(arch=args.arch, img_size=args.img_size, with_cp=with_cp, window_size=window,
-                              init_cfg=None)
+                              use_rel_pos=rel_pos, init_cfg=None)
     cfg.model.neck.in_channels = width
     model = MODELS.build(cfg.model)
     model.init_weights()
@@ -111,7 +118,7 @@ def run_variant(args) -> dict:
         if step:  # the first step warms up allocators and kernels
             times.append(elapsed)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
-    return dict(variant=name, with_cp=with_cp, window_size=window, step_s=statistics.median(times),
+    return dict(variant=name, with_cp=with_cp, window_size=window, use_rel_pos=rel_pos, step_s=statistics.median(times),
                 peak_rss_mib=peak, step_mem_mib=peak - base_rss,
                 loss=float(sum(v for k, v in losses.items() if 'loss' in k)), threads=torch.get_num_threads())
 
@@ -122,7 +129,7 @@ def main(argv=None):
         print('RESULT ' + json.dumps(run_variant(args)))
         return
     results = []
-    for index in range(len(VARIANTS)):
+    for index in (args.only if args.only is not None else range(len(VARIANTS))):
         cmd = [sys.executable, osp.abspath(__file__), '--variant', str(index), '--arch', args.arch,
                '--img-size', str(args.img_size), '--batch', str(args.batch), '--steps', str(args.steps)]
         if args.threads:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .fused_ops import linear_gelu, linear_residual
+from .rel_pos import decomposed_rel_pos_bias, pad_prefix_bias
 
 
 def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
@@ -80,10 +81,13 @@ class Attention(nn.Module):
         qkv_bias (bool): Bias on the qkv projection. Defaults to True.
         attn_drop (float): Dropout on attention weights while training. Defaults to 0.
         proj_drop (float): Dropout after the output projection while training. Defaults to 0.
+        rel_pos_size (tuple[int, int], optional): Patch grid (rows, cols) the decomposed relative
+            position tables are made for (ViTDet; see :mod:`vit_plugin.models.rel_pos`); they start
+            at zero. The forward pass then needs the patch grid. Defaults to None: no relative bias.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
-                 proj_drop: float = 0.):
+                 proj_drop: float = 0., rel_pos_size: Optional[Tuple[int, int]] = None):
         super().__init__()
         if embed_dims % num_heads:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')
@@ -94,22 +98,48 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
+        self.use_rel_pos = rel_pos_size is not None
+        if self.use_rel_pos:
+            self.rel_pos_h = nn.Parameter(torch.zeros(2 * rel_pos_size[0] - 1, self.head_dims))
+            self.rel_pos_w = nn.Parameter(torch.zeros(2 * rel_pos_size[1] - 1, self.head_dims))
 
-    def mix(self, x: torch.Tensor) -> torch.Tensor:
+    def rel_pos_bias(self, q: torch.Tensor, grid: Optional[Tuple[int, int]], span: int = 0) -> Optional[torch.Tensor]:
+        """The relative position bias of queries ``q`` (..., N, d) over the same N tokens, or None.
+
+        Tokens before the ``rows * cols`` patches (class token) get zero bias rows and columns.
+        ``span`` limits the tables to offsets within windows of that size (dense maps of windowed
+        blocks). Defaults to 0: the whole grid.
+        """
+        if not self.use_rel_pos:
+            return None
+        if grid is None:
+            raise ValueError('attention with relative position bias needs the patch grid: pass grid=(rows, cols)')
+        prefix = q.shape[-2] - grid[0] * grid[1]
+        bias = decomposed_rel_pos_bias(q[..., prefix:, :], self.rel_pos_h, self.rel_pos_w, grid, (span, span))
+        return pad_prefix_bias(bias, prefix, prefix)
+
+    def mix(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
         """Attention before the output projection: (B, N, C) -> heads concatenated, (B, N, C)."""
         B, N, C = x.shape
         # (B, N, 3, h, d) viewed as q, k, v of (B, h, N, d): strided views, no copies; SDPA takes them.
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.)
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=self.rel_pos_bias(q, grid),
+                                           dropout_p=self.attn_drop if self.training else 0.)
         # The CPU and CUDA kernels lay the output out as (B, N, h, d), so this reshape is a free view.
         return x.transpose(1, 2).reshape(B, N, C)
 
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
+    def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
+        """(B, N, C) -> (B, N, C); with ``return_attention`` also the (B, heads, N, N) weights.
+
+        ``grid`` (rows, cols) of the patch tokens is needed with relative position bias.
+        """
         if not return_attention:
-            return self.proj_drop(self.proj(self.mix(x)))
+            return self.proj_drop(self.proj(self.mix(x, grid)))
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.rel_pos_bias(q, grid)
+        attn = (logits if bias is None else logits + bias).softmax(dim=-1)
         x = F.dropout(attn, self.attn_drop, self.training) @ v
         return self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C))), attn
 
@@ -150,7 +180,8 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
     what makes ViT affordable at detection resolutions. The grid is zero-padded at the bottom/right
     to whole windows; padded positions are masked out as keys, so results do not depend on padding
     and a window covering the whole grid gives exactly global attention. Prefix (class) tokens stay
-    global: they are keys in every window and their queries attend to all tokens.
+    global: they are keys in every window and their queries attend to all tokens. With relative
+    position bias (``attn.use_rel_pos``) patch queries add it over the patch keys of their window.
 
     Args:
         attn (Attention): The block's attention module (its qkv/proj weights are used).
@@ -191,6 +222,10 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
         valid = valid.reshape(nr, ws, nc, ws).permute(0, 2, 1, 3).reshape(nr * nc, ws * ws)
         valid = torch.cat([valid.new_ones(nr * nc, num_prefix_tokens), valid], dim=1)
         mask = valid.repeat(B, 1)[:, None, None, :]  # (B * windows, 1, 1, keys)
+    if attn.use_rel_pos:  # offsets within the window; none for the prefix keys
+        bias = decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (ws, ws))
+        bias = pad_prefix_bias(bias, 0, num_prefix_tokens)
+        mask = bias if mask is None else bias.masked_fill(~mask, float('-inf'))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
     # (B * windows, h, ws * ws, d) -> (B, rows, cols, C)
     out = out.reshape(B, nr, nc, heads, ws, ws, dims).permute(0, 1, 4, 2, 5, 3, 6)
@@ -248,18 +283,25 @@ class EncoderBlock(nn.Module):
             Defaults to 0 (global attention).
         num_prefix_tokens (int): Class/extra tokens in front of the patches; only used by windowed
             attention. Defaults to 1.
+        rel_pos_grid (tuple[int, int], optional): Add ViTDet's decomposed relative position bias,
+            with tables made for this patch grid (global blocks; resized to other grids on the fly).
+            Windowed blocks size theirs to the window. Defaults to None: no relative bias.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_dims: int, qkv_bias: bool = True, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., norm_eps: float = 1e-6,
-                 gelu_approximate: str = 'none', window_size: int = 0, num_prefix_tokens: int = 1):
+                 gelu_approximate: str = 'none', window_size: int = 0, num_prefix_tokens: int = 1,
+                 rel_pos_grid: Optional[Tuple[int, int]] = None):
         super().__init__()
         if window_size < 0:
             raise ValueError(f'window_size must be >= 0 (0 = global attention), got {window_size}')
         self.window_size = window_size
         self.num_prefix_tokens = num_prefix_tokens
         self.norm1 = nn.LayerNorm(embed_dims, eps=norm_eps)
-        self.attn = Attention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
+        if rel_pos_grid is not None and window_size:
+            rel_pos_grid = (window_size, window_size)
+        self.attn = Attention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
+                              rel_pos_size=rel_pos_grid)
         self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
         self.mlp = Mlp(embed_dims, mlp_dims, gelu_approximate=gelu_approximate, drop=drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -267,7 +309,7 @@ class EncoderBlock(nn.Module):
 
     def _attend(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]) -> torch.Tensor:
         if not self.window_size:
-            return self.attn(x)
+            return self.attn(x, grid=grid)
         if grid is None:
             raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
         return windowed_attention(self.attn, x, grid, self.window_size, self.num_prefix_tokens)
@@ -286,14 +328,14 @@ class EncoderBlock(nn.Module):
             return x + self.drop_path(self.mlp(self.norm2(x)))
         # Same function, fewer buffers: both projections accumulate onto their residual (see
         # linear_residual); the second one in place, since the first one's output is ours alone.
-        x = linear_residual(x, self.attn.mix(self.norm1(x)), self.attn.proj)
+        x = linear_residual(x, self.attn.mix(self.norm1(x), grid), self.attn.proj)
         hidden = self.mlp.hidden(self.norm2(x))
         # (In place only without autograd: norm2 may have saved x for its weight gradient.)
         return linear_residual(x, hidden, self.mlp.fc2, inplace=not torch.is_grad_enabled())
 
     def _attention_weights(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]):
         if not self.window_size:
-            return self.attn(x, return_attention=True)
+            return self.attn(x, return_attention=True, grid=grid)
         if grid is None:
             raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
         # Analysis path: the windowed attention as a dense (N, N) map, zero outside each window.
@@ -301,7 +343,11 @@ class EncoderBlock(nn.Module):
         B, N, C = x.shape
         q, k, v = attn.qkv(x).reshape(B, N, 3, attn.num_heads, attn.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
         allowed = window_attention_mask(grid, self.window_size, self.num_prefix_tokens, x.device)
-        weights = ((q * attn.scale) @ k.transpose(-2, -1)).masked_fill(~allowed, float('-inf')).softmax(-1)
+        logits = (q * attn.scale) @ k.transpose(-2, -1)
+        bias = attn.rel_pos_bias(q, grid, span=self.window_size)  # window offsets; others masked below
+        if bias is not None:
+            logits = logits + bias
+        weights = logits.masked_fill(~allowed, float('-inf')).softmax(-1)
         y = F.dropout(weights, attn.attn_drop, attn.training) @ v
         return attn.proj_drop(attn.proj(y.transpose(1, 2).reshape(B, N, C))), weights
 

@@ -18,6 +18,8 @@ What it does, for the keys under ``prefix``:
   tables only; a non-square table without metadata is an error asking for the grid);
 * ``patch_embed.proj.weight`` with another kernel size is resized by the pseudo-inverse
   (:func:`~vit_plugin.models.patch_resize.resize_patch_embed`);
+* relative position tables (``use_rel_pos``) of another length are resized linearly, absent ones
+  start at zero (ViTDet's initialisation), and tables for a model without them are refused;
 * mmpretrain ``VisionTransformer`` key names are renamed to ours;
 * a checkpoint of another width, depth or input-channel count, or a whole-classifier checkpoint
   loaded into a bare backbone, is refused with a message naming the key and the fix -- otherwise a
@@ -32,6 +34,7 @@ from mmengine.logging import print_log
 
 from .patch_resize import resize_patch_embed
 from .pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed
+from .rel_pos import resize_rel_pos_table
 
 #: State-dict key (relative to the backbone) through which a checkpoint records the position-embedding
 #: resize mode its weights expect: a 0-dim integer tensor indexing :data:`RESIZE_MODES`. A tensor (not
@@ -122,6 +125,43 @@ def _adapt_patch_kernel(model, state_dict, prefix) -> Optional[str]:
             f'{own.shape[-2]}x{own.shape[-1]} (FlexiViT pseudo-inverse, bilinear)')
 
 
+def _adapt_rel_pos(model, state_dict, prefix) -> List[str]:
+    """Relative position tables: resized to the model's lengths, or started at zero when absent.
+
+    A checkpoint without them (the paper's weights, any classification run) is how ViTDet starts:
+    its tables are zero-initialised, so the model computes what the checkpoint did. Tables in the
+    checkpoint for a model without them would be dropped by a non-strict load, so that is an error.
+    """
+    own = {name: param for name, param in model.named_parameters()
+           if name.endswith(('attn.rel_pos_h', 'attn.rel_pos_w'))}
+    incoming = [k for k in state_dict if k.startswith(prefix) and k.endswith(('attn.rel_pos_h', 'attn.rel_pos_w'))]
+    if incoming and not own:
+        raise ValueError(f'{incoming[0]}: the checkpoint has relative position tables (ViTDet-style attention) '
+                         f'but the model has none, so they would not load; build the backbone with '
+                         f'use_rel_pos=True.')
+    messages, started, resized = [], [], []
+    for name, param in own.items():
+        key = prefix + name
+        table = state_dict.get(key)
+        if table is None:
+            state_dict[key] = torch.zeros_like(param)
+            started.append(name)
+        elif table.shape != param.shape:
+            if table.dim() != 2 or table.shape[1] != param.shape[1]:
+                raise ValueError(f'{key}: the checkpoint table has shape {tuple(table.shape)} but the model expects '
+                                 f'(length, head_dims={param.shape[1]}); the head width differs, so the checkpoint '
+                                 f'belongs to another architecture.')
+            state_dict[key] = resize_rel_pos_table(table, param.shape[0])
+            resized.append(f'{name} {table.shape[0]}->{param.shape[0]}')
+    if started:
+        messages.append(f'{len(started)} relative position tables are not in the checkpoint under "{prefix}" '
+                        f'and start at zero, as in ViTDet (so the model first computes what the checkpoint did)')
+    if resized:
+        messages.append(f'Resized relative position tables linearly to this model\'s window/grid: '
+                        f'{", ".join(resized)}')
+    return messages
+
+
 def _source_layout(model, table, old_grid, key) -> Tuple[int, Tuple[int, int]]:
     """Number of class-token entries and the patch grid of an incoming table (checked against the model)."""
     n, own = table.shape[1], model.num_prefix_tokens
@@ -202,6 +242,7 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
     message = _adapt_patch_kernel(model, state_dict, prefix)
     if message:
         messages.append(message)
+    messages.extend(_adapt_rel_pos(model, state_dict, prefix))
     num_prefix, old_grid = _source_layout(model, table, old_grid, key)
     if old_grid == model.patch_grid:
         state_dict[key] = table

@@ -75,6 +75,11 @@ class ViT(BaseModule):
         window_block_indices (Sequence[int], optional): Blocks that use windowed attention when
             ``window_size > 0``. Defaults to None: every block except the last of each quarter of
             the depth (ViTDet's choice; blocks 2, 5, 8, 11 stay global for a 12-block model).
+        use_rel_pos (bool): Add ViTDet's decomposed relative position bias to every block's attention
+            (tables ``blocks.i.attn.rel_pos_h/_w``, zero at the start, sized to the window in windowed
+            blocks and to the ``img_size`` patch grid in global ones, resized on the fly for other
+            grids). Not in the paper; checkpoints without the tables load with them at zero.
+            Defaults to False.
         init_cfg (dict | list[dict], optional): Defaults to None, which uses the official
             initialisation (see :meth:`init_weights`).
     """
@@ -108,6 +113,7 @@ class ViT(BaseModule):
                  with_cp: bool = False,
                  window_size: int = 0,
                  window_block_indices: Optional[Sequence[int]] = None,
+                 use_rel_pos: bool = False,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
@@ -149,12 +155,14 @@ class ViT(BaseModule):
         dpr = [drop_path_rate * i / max(self.num_layers - 1, 1) for i in range(self.num_layers)]
         self.window_size = window_size
         self.window_block_indices = self._parse_window_blocks(window_size, window_block_indices)
+        self.use_rel_pos = use_rel_pos
         self.blocks = nn.ModuleList([
             EncoderBlock(self.embed_dims, self.arch_settings['num_heads'], self.arch_settings['mlp_dims'],
                          qkv_bias=qkv_bias, drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i],
                          norm_eps=norm_eps, gelu_approximate=gelu_approximate,
                          window_size=window_size if i in self.window_block_indices else 0,
-                         num_prefix_tokens=self.num_prefix_tokens) for i in range(self.num_layers)
+                         num_prefix_tokens=self.num_prefix_tokens,
+                         rel_pos_grid=grid if use_rel_pos else None) for i in range(self.num_layers)
         ])
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if final_norm else nn.Identity()
         self.out_indices = self._parse_out_indices(out_indices)
@@ -225,7 +233,8 @@ class ViT(BaseModule):
 
         Dense layers: Xavier-uniform weights and N(0, 1e-6) biases; the fused qkv projection gets
         Xavier bounds computed for each of its three D x D parts, as if q, k and v were separate;
-        patch embedding: LeCun-normal; position embedding: N(0, 0.02); class token: zeros.
+        patch embedding: LeCun-normal; position embedding: N(0, 0.02); class token and relative
+        position tables: zeros.
         """
         if self.init_cfg is not None:
             super().init_weights()
@@ -244,6 +253,9 @@ class ViT(BaseModule):
         nn.init.normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
+        for name, param in self.named_parameters():
+            if name.endswith(('attn.rel_pos_h', 'attn.rel_pos_w')):
+                nn.init.zeros_(param)
 
     # ------------------------------------------------------------------ loading
     def _resize_pos_embed_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
@@ -300,8 +312,11 @@ class ViT(BaseModule):
         return num_depths - 1, num_depths
 
     def no_weight_decay(self) -> set:
-        """Parameter names that should get no weight decay."""
-        return {'pos_embed', 'cls_token'}
+        """Parameter names that should get no weight decay (position tables and the class token)."""
+        names = {'pos_embed', 'cls_token'}
+        if self.use_rel_pos:
+            names |= {f'blocks.{i}.attn.rel_pos_{axis}' for i in range(self.num_layers) for axis in 'hw'}
+        return names
 
     # ------------------------------------------------------------------ forward
     def _pad_or_check(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,76 @@
+"""Decomposed relative position bias (MViTv2), the attention bias ViTDet adds to a detection ViT.
+
+The bias of query patch (i, j) for key patch (k, l) is ``q . Rh[i - k] + q . Rw[j - l]``: one learned
+(2S - 1, head_dims) table per axis, indexed by the signed offset along that axis. Tables are sized for
+the grid they were made for (a window, or the pre-training patch grid for global blocks) and are
+resized linearly along the offset axis when a block sees another grid, in the forward pass and when
+a checkpoint of another size is loaded. ViTDet starts them at zero, so a paper checkpoint fine-tuned
+with them computes exactly what it did before until the tables learn.
+
+Only patch tokens have positions: the rows and columns of class/prefix tokens get no bias.
+"""
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+
+
+def resize_rel_pos_table(table: torch.Tensor, length: int) -> torch.Tensor:
+    """A (L, C) relative-position table resampled to ``length`` offsets (linear, half-pixel centres).
+
+    Args:
+        table (Tensor): (L, C), entry ``L // 2 + o`` for offset ``o``.
+        length (int): Wanted number of offsets, ``2 * size - 1``.
+    """
+    if table.shape[0] == length:
+        return table
+    resized = F.interpolate(table.t()[None].float(), size=length, mode='linear', align_corners=False)
+    return resized[0].t().to(table.dtype)
+
+
+def rel_pos_embeddings(table: torch.Tensor, size: int, span: int = 0) -> torch.Tensor:
+    """(size, size, C) embeddings ``E[a, b] = table[a - b]`` of the offsets along one axis.
+
+    Args:
+        table (Tensor): (L, C) learned table.
+        size (int): Positions along the axis.
+        span (int): Positions the table covers (it is resized to ``2 * span - 1`` entries); offsets
+            beyond it are clamped (used only for pairs that are masked anyway, e.g. two patches of
+            different windows in a dense map). Defaults to 0: ``span = size``.
+    """
+    span = span or size
+    table = resize_rel_pos_table(table, 2 * span - 1)
+    pos = torch.arange(size, device=table.device)
+    offsets = (pos[:, None] - pos[None, :]).clamp(-(span - 1), span - 1)
+    return table[offsets + span - 1]
+
+
+def decomposed_rel_pos_bias(q: torch.Tensor, table_h: torch.Tensor, table_w: torch.Tensor,
+                            grid: Tuple[int, int], span: Tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """Attention bias of patch queries over patch keys of the same grid.
+
+    Args:
+        q (Tensor): (..., rows * cols, C) queries of the patches (before the 1/sqrt(C) scaling).
+        table_h (Tensor): (Lh, C) table of vertical offsets.
+        table_w (Tensor): (Lw, C) table of horizontal offsets.
+        grid (tuple[int, int]): (rows, cols) of the patches, row-major in ``q``.
+        span (tuple[int, int]): See :func:`rel_pos_embeddings`. Defaults to (0, 0): the grid.
+
+    Returns:
+        Tensor: (..., rows * cols, rows * cols) bias to add to the attention logits.
+    """
+    rows, cols = grid
+    emb_h = rel_pos_embeddings(table_h, rows, span[0]).to(q.dtype)  # (rows, rows, C)
+    emb_w = rel_pos_embeddings(table_w, cols, span[1]).to(q.dtype)  # (cols, cols, C)
+    q = q.unflatten(-2, (rows, cols))
+    bias_h = torch.einsum('...ijc,ikc->...ijk', q, emb_h)  # query (i, j), key row k
+    bias_w = torch.einsum('...ijc,jlc->...ijl', q, emb_w)  # query (i, j), key column l
+    bias = bias_h.unsqueeze(-1) + bias_w.unsqueeze(-2)  # (..., rows, cols, rows, cols)
+    return bias.flatten(-2).flatten(-3, -2)
+
+
+def pad_prefix_bias(bias: torch.Tensor, num_prefix_queries: int, num_prefix_keys: int) -> torch.Tensor:
+    """Zero bias rows/columns for class/prefix tokens placed before the patches."""
+    if not (num_prefix_queries or num_prefix_keys):
+        return bias
+    return F.pad(bias, (num_prefix_keys, 0, num_prefix_queries, 0))
