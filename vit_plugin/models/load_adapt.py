@@ -34,7 +34,7 @@ from mmengine.logging import print_log
 
 from .patch_resize import resize_patch_embed
 from .pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed
-from .rel_pos import resize_rel_pos_table
+from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table
 
 #: State-dict key (relative to the backbone) through which a checkpoint records the position-embedding
 #: resize mode its weights expect: a 0-dim integer tensor indexing :data:`RESIZE_MODES`. A tensor (not
@@ -132,9 +132,8 @@ def _adapt_rel_pos(model, state_dict, prefix) -> List[str]:
     its tables are zero-initialised, so the model computes what the checkpoint did. Tables in the
     checkpoint for a model without them would be dropped by a non-strict load, so that is an error.
     """
-    own = {name: param for name, param in model.named_parameters()
-           if name.endswith(('attn.rel_pos_h', 'attn.rel_pos_w'))}
-    incoming = [k for k in state_dict if k.startswith(prefix) and k.endswith(('attn.rel_pos_h', 'attn.rel_pos_w'))]
+    own = {name: param for name, param in model.named_parameters() if name.endswith(REL_POS_PARAM_SUFFIXES)}
+    incoming = [k for k in state_dict if k.startswith(prefix) and k.endswith(REL_POS_PARAM_SUFFIXES)]
     if incoming and not own:
         raise ValueError(f'{incoming[0]}: the checkpoint has relative position tables (ViTDet-style attention) '
                          f'but the model has none, so they would not load; build the backbone with '

@@ -14,6 +14,9 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
+#: Name endings of the tables inside a ViT (``blocks.i.attn.rel_pos_h``), for loaders and optimisers.
+REL_POS_PARAM_SUFFIXES = ('attn.rel_pos_h', 'attn.rel_pos_w')
+
 
 def resize_rel_pos_table(table: torch.Tensor, length: int) -> torch.Tensor:
     """A (L, C) relative-position table resampled to ``length`` offsets (linear, half-pixel centres).

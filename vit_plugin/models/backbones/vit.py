@@ -11,6 +11,7 @@ from vit_plugin.registry import MODELS
 from ..layers import EncoderBlock, PatchEmbed, lecun_normal_
 from ..load_adapt import adapt_vit_state_dict
 from ..pos_embed import RESIZE_MODES, resize_pos_embed, to_2tuple
+from ..rel_pos import REL_POS_PARAM_SUFFIXES
 
 OUT_TYPES = ('cls_token', 'gap', 'featmap', 'raw')
 
@@ -254,7 +255,7 @@ class ViT(BaseModule):
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
         for name, param in self.named_parameters():
-            if name.endswith(('attn.rel_pos_h', 'attn.rel_pos_w')):
+            if name.endswith(REL_POS_PARAM_SUFFIXES):
                 nn.init.zeros_(param)
 
     # ------------------------------------------------------------------ loading
@@ -315,7 +316,7 @@ class ViT(BaseModule):
         """Parameter names that should get no weight decay (position tables and the class token)."""
         names = {'pos_embed', 'cls_token'}
         if self.use_rel_pos:
-            names |= {f'blocks.{i}.attn.rel_pos_{axis}' for i in range(self.num_layers) for axis in 'hw'}
+            names |= {name for name, _ in self.named_parameters() if name.endswith(REL_POS_PARAM_SUFFIXES)}
         return names
 
     # ------------------------------------------------------------------ forward
