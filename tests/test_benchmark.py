@@ -81,6 +81,7 @@ def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkey
             raise RuntimeError('peer cannot run this\nsecond line')
 
     build = bench.build_model
+    monkeypatch.setitem(bench.ARCHS, 'ti', (64, 2, 2, 128))  # two blocks: Inductor compiles in seconds
     monkeypatch.setattr(bench, 'build_model', lambda name, arch, args: Broken() if name == 'timm' else build(name, arch, args))
     threads = torch.get_num_threads()
     try:

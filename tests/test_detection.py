@@ -167,7 +167,8 @@ def test_layer_decay_constructor_assigns_lr_per_depth_and_no_decay_names():
                 depth = num_layers + 1
             assert group['lr'] == pytest.approx(base_lr * rate**(num_layers + 1 - depth)), name
             param = dict(model.named_parameters())[name]
-            no_decay = param.ndim == 1 or name in ('backbone.cls_token', 'backbone.pos_embed')
+            no_decay = (param.ndim == 1 or name in ('backbone.cls_token', 'backbone.pos_embed')
+                        or '.attn.rel_pos_' in name)  # position tables, like pos_embed
             assert group['weight_decay'] == (0 if no_decay else wd), name
             seen.add(name)
     assert seen == {n for n, p in model.named_parameters() if p.requires_grad}

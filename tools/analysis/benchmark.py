@@ -5,8 +5,8 @@ linear classifier on the class token), then timed in turns: each repeat runs eve
 (inference, then a training step: forward + cross-entropy + backward + AdamW step) so that load from
 other processes hits all of them alike, and the median over repeats is reported. "vs best peer" is
 the median of the per-round ratios to the faster peer (paired, so drift between rounds cancels).
-Two references are timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of the architecture /
-time) is printed as a fraction of both: the machine's matmul peak (a square 2048 matmul, in the
+Two references are timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of
+the architecture / time) is printed as a fraction of both: the machine's matmul peak (a square 2048 matmul, in the
 run's dtype) and, for fp32 inference, the "GEMM ceiling": the model's own matrix products alone
 (dense layers and attention matmuls with their real shapes, back to back), i.e. what the model would
 reach if everything else (norms, GELU, softmax, residuals, layouts) were free. On CPUs with
@@ -194,11 +194,9 @@ def build_model(name: str, arch: str, args) -> nn.Module:
 def make_step(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, autocast: bool,
               compile: bool = False) -> Callable:
     """One timed iteration: an inference forward, or forward + cross-entropy + backward + AdamW step."""
-    module = model
-    if compile:
-        model = torch.compile(module)
+    forward = torch.compile(model) if compile else model
     if mode == 'infer':
-        module.eval()
+        model.eval()
 
         # no_grad under torch.compile: dynamo's guards trip over inference-mode tensors (seen with
         # mmpretrain's ViT in torch 2.9)
@@ -206,15 +204,15 @@ def make_step(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, aut
 
         def step():
             with no_autograd(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
-                model(x)
+                forward(x)
         return step
-    module.train()
-    optim = torch.optim.AdamW(module.parameters(), lr=1e-4)
+    model.train()
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step():
         optim.zero_grad(set_to_none=True)
         with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(forward(x), y)
         loss.backward()
         optim.step()
     return step

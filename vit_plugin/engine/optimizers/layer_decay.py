@@ -47,7 +47,7 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
       ViT-B, 0.8 for ViT-L; BEiT/MAE fine-tuning 0.65-0.75.
     - ``decay_norm_and_bias`` (bool): Apply weight decay to norm parameters and biases (all 1-D
       parameters). Defaults to False: they, and the backbone's ``no_weight_decay()`` names
-      (``pos_embed``, ``cls_token``), get none.
+      (``pos_embed``, ``cls_token``, relative position tables), get none.
     - ``custom_keys`` (dict): Substring of a parameter name -> ``dict(lr_mult=..., decay_mult=...)``,
       applied on top of the rules above (longest matching key wins).
 
