@@ -2,7 +2,8 @@
 
 A ViT block is dominated by its four GEMMs; the work around them (adding biases, GELU, residual
 additions) is memory-bound and, done as separate ops, each of them reads and writes a (B, N, width)
-buffer. On CPUs that is most of what keeps a ViT below the machine's matmul throughput, so here
+buffer. On CPUs that costs a few percent of a block (attention's kernel and the GEMMs' own
+efficiency cost more; see the README's Speed section), so here
 
 - the residual branches accumulate onto their residual inside the GEMM (:func:`linear_residual`,
   training and inference alike);
