@@ -45,16 +45,41 @@ def test_tiny_run_prints_a_table_and_writes_json(bench, tmp_path, capsys):
     assert rows['ours', 'infer']['params'] == rows['timm', 'infer']['params']  # identical shapes
     for row in saved['rows']:
         assert len(row['times_s']) == 2 and row['img_per_s'] > 0 and row['peak_mb'] > 0
-        assert row['matmul_peak_gflops'] > 0
+        assert row['matmul_peak_gflops'] > 0 and len(row['peak_gflops_rounds']) == 2
         # the GEMM ceiling (the model's matmuls alone) is the fp32-inference reference
         assert (row['gemm_ceiling_gflops'] or 0) > 0 if row['mode'] == 'infer' else row['gemm_ceiling_gflops'] is None
         flops = bench.vit_flops('ti', 32, 16, 1000) * 2 * (3 if row['mode'] == 'train' else 1)
         assert row['gflops'] == pytest.approx(flops / (row['ms_per_iter'] / 1e3) / 1e9)
+        # "of peak": per round, against the peak read next to this model's timing
+        per_round = [flops / t / 1e9 / p for t, p in zip(row['times_s'], row['peak_gflops_rounds'])]
+        assert row['of_peak'] == pytest.approx(statistics.median(per_round))
     assert saved['matmul_gflops']['fp32'] > 0 and saved['matmul_gflops_after']['fp32'] > 0
     table = capsys.readouterr().out
     assert 'vs best peer' in table and table.split('vs best peer')[1].count('ours') == 2  # one row per mode
     ours, timm = rows['ours', 'infer']['times_s'], rows['timm', 'infer']['times_s']
     assert rows['ours', 'infer']['vs_best_peer'] == pytest.approx(statistics.median(t / o for o, t in zip(ours, timm)))
+
+
+def test_peak_is_read_next_to_each_timing(bench, monkeypatch):
+    """The matmul peak is read before the first model and after every model of a round; each timing
+    is divided by the mean of the two readings around it. A fake clock makes the machine twice as slow
+    from the middle of the second round on: model b, timed between two slow readings, keeps its
+    fraction of peak although its time doubled."""
+    clock = {'now': 0.0, 'calls': 0}
+
+    def run(seconds):
+        def step():
+            clock['calls'] += 1
+            clock['now'] += seconds * (2 if clock['calls'] > 7 else 1)
+        return step
+
+    monkeypatch.setattr(bench.time, 'perf_counter', lambda: clock['now'])
+    # a round: peak, a (1 s), peak, b (3 s), peak -> calls 1-5, then 6-10; the slowdown starts at call 8
+    times, peaks = bench.time_rounds({'a': run(1.0), 'b': run(3.0)}, run(0.5), peak_flops=50e9, repeats=2, iters=1)
+    assert times == {'a': [1.0, 1.0], 'b': [3.0, 6.0]}
+    # readings (GFLOP/s = 50 / (0.5 s x slowness)): 100, 100, 100 | 100 (call 6), 50 (call 8), 50 (call 10)
+    assert peaks == {'a': [100.0, 75.0], 'b': [100.0, 50.0]}
+    assert [1 / t / p for t, p in zip(times['b'], peaks['b'])] == pytest.approx([1 / 300, 1 / 300])
 
 
 def test_ratio_to_best_peer_is_paired_by_round(bench):
@@ -73,9 +98,11 @@ def test_ratio_to_best_peer_is_paired_by_round(bench):
     assert 'vs_best_peer' not in rows[1]
 
 
-def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkeypatch):
-    """``--compile`` times the models through torch.compile; a peer that fails (as mmpretrain's ViT
-    does under compile + inference mode) becomes a note instead of ending the run."""
+@pytest.mark.parametrize('how', ['--compile', '--freeze'])
+def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkeypatch, how):
+    """``--compile`` times the models through torch.compile, ``--freeze`` through compile with frozen
+    weights; a peer that fails (as mmpretrain's ViT does under compile + inference mode) becomes a note
+    instead of ending the run."""
     class Broken(torch.nn.Module):
         def forward(self, x):
             raise RuntimeError('peer cannot run this\nsecond line')
@@ -87,13 +114,19 @@ def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkey
     try:
         result = bench.main(['--arch', 'ti', '--img-size', '32', '--batch', '2', '--repeats', '2', '--iters', '1',
                              '--warmup', '1', '--models', 'ours', 'timm', '--modes', 'infer', '--bf16', 'off',
-                             '--threads', '1', '--matmul-size', '128', '--no-memory', '--compile',
+                             '--threads', '1', '--matmul-size', '128', '--no-memory', how,
                              '--out', str(tmp_path / 'bench.json')])
     finally:
         torch.set_num_threads(threads)
         torch._dynamo.reset()
-    assert result['compile'] is True
+    assert result['compile'] is True and result['freeze'] is (how == '--freeze')
     ours, = [r for r in result['rows'] if r['model'] == 'ours']
     assert ours['img_per_s'] > 0 and 'vs_best_peer' not in ours
     note, = [r['note'] for r in result['rows'] if r['model'] == 'timm']
     assert note == 'infer fp32 failed: RuntimeError: peer cannot run this'
+
+
+def test_freeze_refuses_training_mode(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--freeze'])  # default modes include a training step
+    assert '--freeze times inference only' in capsys.readouterr().err

@@ -6,11 +6,15 @@ linear classifier on the class token), then timed in turns: each repeat runs eve
 other processes hits all of them alike, and the median over repeats is reported. "vs best peer" is
 the median of the per-round ratios to the faster peer (paired, so drift between rounds cancels).
 Two references are timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of
-the architecture / time) is printed as a fraction of both: the machine's matmul peak (a square 2048 matmul, in the
-run's dtype) and, for fp32 inference, the "GEMM ceiling": the model's own matrix products alone
-(dense layers and attention matmuls with their real shapes, back to back), i.e. what the model would
-reach if everything else (norms, GELU, softmax, residuals, layouts) were free. On CPUs with
-AVX512-BF16 (or AMX-BF16) bf16 autocast inference is reported as well.
+the architecture / time) is given as a fraction of both, again as the median of per-round ratios:
+the machine's matmul peak (a square 2048 matmul in the run's dtype, read just before and just after
+each model's timing, since this VM's speed changes within seconds) and, for fp32 inference, the
+"GEMM ceiling": the model's own matrix products alone (dense layers and attention matmuls with their
+real shapes, back to back), i.e. what the model would reach if everything else (norms, GELU,
+softmax, residuals, layouts) were free. On CPUs with AVX512-BF16 (or AMX-BF16) bf16 autocast
+inference is reported as well. ``--compile`` times every model through ``torch.compile``;
+``--freeze`` (inference) through ``torch.compile`` with Inductor freezing (pre-packed weights,
+:mod:`vit_plugin.deploy`), PyTorch's own route to fast CPU inference.
 
 Example::
 
@@ -24,7 +28,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -61,10 +65,16 @@ def parse_args(argv=None):
     parser.add_argument('--compile', action='store_true',
                         help='time every model through torch.compile (Inductor); compilation happens in the '
                         'untimed warm-up. Default: eager.')
+    parser.add_argument('--freeze', action='store_true',
+                        help='inference through torch.compile with Inductor freezing (weights folded in and '
+                        'pre-packed; vit_plugin.deploy.compile_for_inference) for every model. Inference only.')
     parser.add_argument('--matmul-size', type=int, default=2048,
                         help='side of the square matmul that measures the peak. Default: 2048.')
     parser.add_argument('--out', default='work_dirs/benchmark/benchmark.json', help='JSON output path.')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.freeze and args.modes != ['infer']:
+        parser.error('--freeze times inference only (frozen weights cannot train): add --modes infer')
+    return args
 
 
 # ---------------------------------------------------------------------------------------- machine
@@ -106,6 +116,34 @@ def time_median(step: Callable, repeats: int = 5, warmup: int = 2) -> float:
         step()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def time_rounds(steps: Dict[str, Callable], peak_step: Callable, peak_flops: float, repeats: int,
+                iters: int) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
+    """Time every step once per round, in turns, with the matmul peak read between them.
+
+    Returns the seconds per iteration of each step in each round, and for each step and round the
+    peak GFLOP/s as the mean of the readings just before and just after it. This VM's speed changes
+    within seconds, so a fraction of peak is only meaningful against a peak read at the same moment.
+    """
+    def read_peak():
+        start = time.perf_counter()
+        peak_step()
+        return peak_flops / (time.perf_counter() - start) / 1e9
+
+    times = {name: [] for name in steps}
+    peaks = {name: [] for name in steps}
+    for _ in range(repeats):
+        before = read_peak()
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(iters):
+                step()
+            times[name].append((time.perf_counter() - start) / iters)
+            after = read_peak()
+            peaks[name].append((before + after) / 2)
+            before = after
+    return times, peaks
 
 
 def matmul_gflops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5) -> float:
@@ -192,8 +230,19 @@ def build_model(name: str, arch: str, args) -> nn.Module:
 
 # ---------------------------------------------------------------------------------------- timing
 def make_step(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, autocast: bool,
-              compile: bool = False) -> Callable:
-    """One timed iteration: an inference forward, or forward + cross-entropy + backward + AdamW step."""
+              compile: bool = False, freeze: bool = False) -> Callable:
+    """One timed iteration: an inference forward, or forward + cross-entropy + backward + AdamW step.
+
+    ``freeze`` (inference only): compiled with Inductor freezing, see :mod:`vit_plugin.deploy`.
+    """
+    if freeze:
+        from vit_plugin.deploy import compile_for_inference
+        frozen = compile_for_inference(model)
+
+        def step():
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+                frozen(x)
+        return step
     forward = torch.compile(model) if compile else model
     if mode == 'infer':
         model.eval()
@@ -254,11 +303,11 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                        'GEMM ceiling': args.batch * vit_flops(arch, args.img_size, args.patch_size, 0)}
     rows = []
     for mode, autocast in configs:
-        steps = {name: make_step(m, mode, x, y, autocast, args.compile) for name, m in models.items()}
-        steps['matmul peak'] = references['matmul peak'][autocast]
+        steps = {name: make_step(m, mode, x, y, autocast, args.compile, args.freeze) for name, m in models.items()}
         if (mode, autocast) == ('infer', False):
             steps['GEMM ceiling'] = references['GEMM ceiling']
-        for name, step in list(steps.items()):
+        peak_step = references['matmul peak'][autocast]
+        for name, step in [('matmul peak', peak_step)] + list(steps.items()):
             try:
                 for _ in range(args.warmup):
                     step()
@@ -270,32 +319,34 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                        f'{(str(err).splitlines() or [""])[0][:160]}'
                 notes[name] = f'{notes[name]}; {note}' if name in notes else note
                 print(f'  {arch} {name}: {note}', flush=True)
-        times = {name: [] for name in steps}
-        for _ in range(args.repeats):  # interleaved: every round times every model once
-            for name, step in steps.items():
-                start = time.perf_counter()
-                for _ in range(args.iters):
-                    step()
-                times[name].append((time.perf_counter() - start) / args.iters)
+        times, peaks = time_rounds(steps, peak_step, reference_flops['matmul peak'], args.repeats, args.iters)
         flops = vit_flops(arch, args.img_size, args.patch_size, args.num_classes) * args.batch
         if mode == 'train':
             flops *= 3  # backward costs two forwards (grads w.r.t. inputs and weights)
-        reference = {name: reference_flops[name] / statistics.median(times[name]) / 1e9
-                     for name in reference_flops if name in times}
+        all_peaks = [p for name in peaks for p in peaks[name]]
+        ceiling = times.get('GEMM ceiling')
         dtype = 'bf16-autocast' if autocast else 'fp32'
-        print(f'  {arch} {mode} {dtype}: ' + ', '.join(f'{k} {v:.1f} GFLOP/s' for k, v in reference.items()),
-              flush=True)
+        print(f'  {arch} {mode} {dtype}: matmul peak {statistics.median(all_peaks):.1f} GFLOP/s'
+              + (f', GEMM ceiling {reference_flops["GEMM ceiling"] / statistics.median(ceiling) / 1e9:.1f} GFLOP/s'
+                 if ceiling else ''), flush=True)
         for name, step in steps.items():
             if name in reference_flops:
                 continue
             median = statistics.median(times[name])
+            gflops_rounds = [flops / t / 1e9 for t in times[name]]
             print(f'  {arch} {mode} {dtype} {name}: {args.batch / median:.3f} img/s', flush=True)
-            rows.append(dict(arch=arch, model=name, mode=mode, dtype=dtype,
-                             params=params[name], img_per_s=args.batch / median, ms_per_iter=median * 1e3,
-                             times_s=times[name], gflops=flops / median / 1e9,
-                             matmul_peak_gflops=reference['matmul peak'],
-                             gemm_ceiling_gflops=reference.get('GEMM ceiling'),
-                             peak_mb=None if args.no_memory else peak_memory_mb(step)))
+            row = dict(arch=arch, model=name, mode=mode, dtype=dtype,
+                       params=params[name], img_per_s=args.batch / median, ms_per_iter=median * 1e3,
+                       times_s=times[name], gflops=flops / median / 1e9,
+                       matmul_peak_gflops=statistics.median(all_peaks), peak_gflops_rounds=peaks[name],
+                       of_peak=statistics.median(g / p for g, p in zip(gflops_rounds, peaks[name])),
+                       gemm_ceiling_gflops=None, of_gemm_ceiling=None,
+                       peak_mb=None if args.no_memory else peak_memory_mb(step))
+            if ceiling:
+                ceiling_rounds = [reference_flops['GEMM ceiling'] / t / 1e9 for t in ceiling]
+                row.update(gemm_ceiling_gflops=statistics.median(ceiling_rounds),
+                           of_gemm_ceiling=statistics.median(g / c for g, c in zip(gflops_rounds, ceiling_rounds)))
+            rows.append(row)
     for name, note in notes.items():
         rows.append(dict(arch=arch, model=name, note=note))
     return rows
@@ -330,13 +381,12 @@ def print_table(rows: List[Dict]):
         if 'note' in row:
             print(f"{row['arch']:<5}{row['model']:<12}{row['note']}")
             continue
-        peak = row['matmul_peak_gflops']
         ratio = f"{row['vs_best_peer']:.3f} {row['best_peer'][:4]}" if 'vs_best_peer' in row else ''
         mem = f"{row['peak_mb']:.0f}" if row['peak_mb'] is not None else '-'
         # the GEMM ceiling is an fp32 inference reference: other rows get '-'
-        of_gemms = f"{row['gflops'] / row['gemm_ceiling_gflops']:.2f}" if row['gemm_ceiling_gflops'] else '-'
+        of_gemms = f"{row['of_gemm_ceiling']:.2f}" if row['of_gemm_ceiling'] else '-'
         print(f"{row['arch']:<5}{row['mode']:<7}{row['dtype']:<15}{row['model']:<12}{row['img_per_s']:>9.1f}"
-              f"{row['ms_per_iter']:>10.1f}{row['gflops']:>10.1f}{row['gflops'] / peak:>9.2f}{of_gemms:>10}{mem:>10}"
+              f"{row['ms_per_iter']:>10.1f}{row['gflops']:>10.1f}{row['of_peak']:>9.2f}{of_gemms:>10}{mem:>10}"
               f"{ratio:>16}")
 
 
@@ -349,15 +399,16 @@ def main(argv=None):
     for arch in args.arch:
         rows.extend(run_arch(arch, args, flags))
     peaks_after = {'fp32': matmul_gflops(torch.float32, args.matmul_size)}
+    how = 'torch.compile + freezing' if args.freeze else 'torch.compile' if args.compile else 'eager'
     print(f'torch {torch.__version__}, {args.threads} threads, batch {args.batch}, {args.img_size} px, '
-          f'patch {args.patch_size}, {"torch.compile" if args.compile else "eager"}; square-matmul fp32 GFLOP/s {peaks["fp32"]:.1f} at the start, '
-          f'{peaks_after["fp32"]:.1f} at the end (the table divides by readings taken in the same rounds '
-          f'as each row); AVX512-BF16: {has_bf16(flags)}')
+          f'patch {args.patch_size}, {how}; square-matmul fp32 GFLOP/s {peaks["fp32"]:.1f} at the start, '
+          f'{peaks_after["fp32"]:.1f} at the end ("of peak" and "of GEMMs" are medians of per-round ratios to '
+          f'readings taken next to each timing); AVX512-BF16: {has_bf16(flags)}')
     versus_best_peer(rows)
     print_table(rows)
     result = dict(argv=sys.argv[1:] if argv is None else argv, torch=torch.__version__, python=platform.python_version(),
                   cpu=platform.processor() or platform.machine(), threads=args.threads, batch=args.batch,
-                  img_size=args.img_size, patch_size=args.patch_size, compile=args.compile, avx512_bf16=has_bf16(flags),
+                  img_size=args.img_size, patch_size=args.patch_size, compile=args.compile or args.freeze, freeze=args.freeze, avx512_bf16=has_bf16(flags),
                   matmul_gflops=peaks, matmul_gflops_after=peaks_after, rows=rows)
     out_dir = os.path.dirname(args.out)
     if out_dir:

@@ -78,8 +78,10 @@ def linear_residual(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear, 
         linear (nn.Linear): The projection.
         inplace (bool): Accumulate into ``residual`` itself (no graph may need it). Defaults to False.
     """
-    if torch.is_autocast_enabled(x.device.type) or x.dtype != residual.dtype:
+    if torch.is_autocast_enabled(x.device.type) or x.dtype != residual.dtype or torch.compiler.is_compiling():
         # Autocast does not cover in-place GEMMs: keep the plain form (fp32 residual + low-precision branch).
+        # Under torch.compile the plain form lets Inductor match linear + add itself (with freezing it
+        # fuses the addition into its pre-packed oneDNN GEMM); an addmm_ would hide the pattern.
         branch = linear(x)
         return residual.add_(branch) if inplace else residual + branch
     shape = residual.shape

@@ -1,0 +1,57 @@
+"""vit_plugin.deploy: torch.compile with Inductor freezing for CPU inference."""
+import pytest
+import torch
+from torch.profiler import profile
+
+from vit_plugin.deploy import compile_for_inference
+from vit_plugin.models.backbones import ViT
+
+PACKED_GEMMS = {'mkl::_mkl_linear', 'mkldnn::_linear_pointwise'}  # Inductor's pre-packed dense layers
+
+
+@pytest.fixture
+def tiny_vit():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ViT(arch=dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128), img_size=32, patch_size=8,
+                out_type='cls_token')
+    model.init_weights()
+    yield model
+    torch._dynamo.reset()
+
+
+def test_frozen_graph_matches_eager_and_uses_prepacked_gemms(tiny_vit):
+    x = torch.randn(2, 3, 32, 48)  # non-square: the position embedding is resized inside the graph
+    fast = compile_for_inference(tiny_vit, fullgraph=True)
+    out, = fast(x)
+    with torch.no_grad():
+        ref, = tiny_vit(x)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+    assert not out.requires_grad
+    with profile() as prof:
+        fast(x)
+    ops = {event.key for event in prof.key_averages()}
+    # The point of freezing: dense layers run on weights packed once at compile time. (Passing
+    # options={'freezing': True} to torch.compile compiles plain addmm's instead.)
+    assert ops & PACKED_GEMMS, sorted(ops)
+    assert not any('addmm' in op for op in ops), sorted(ops)
+
+
+def test_changed_weights_or_train_mode_are_refused(tiny_vit):
+    x = torch.randn(1, 3, 32, 32)
+    fast = compile_for_inference(tiny_vit)
+    fast(x)
+    tiny_vit.train()
+    with pytest.raises(RuntimeError, match='eval-mode graphs only'):
+        fast(x)
+    tiny_vit.eval()
+    fast(x)  # unchanged weights: fine again
+    state = tiny_vit.state_dict()
+    state['blocks.1.mlp.fc2.weight'] = state['blocks.1.mlp.fc2.weight'] * 2
+    tiny_vit.load_state_dict(state)  # a frozen graph would silently keep the old weights
+    with pytest.raises(RuntimeError, match=r'weight\(s\) were written after compilation .*torch._dynamo.reset'):
+        fast(x)
+    torch._dynamo.reset()
+    fresh, = compile_for_inference(tiny_vit)(x)  # what the message says to do
+    with torch.no_grad():
+        torch.testing.assert_close(fresh, tiny_vit(x)[0], rtol=0, atol=1e-5)
