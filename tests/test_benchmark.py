@@ -75,11 +75,14 @@ def test_peak_is_read_next_to_each_timing(bench, monkeypatch):
 
     monkeypatch.setattr(bench.time, 'perf_counter', lambda: clock['now'])
     # a round: peak, a (1 s), peak, b (3 s), peak -> calls 1-5, then 6-10; the slowdown starts at call 8
-    times, peaks = bench.time_rounds({'a': run(1.0), 'b': run(3.0)}, run(0.5), peak_flops=50e9, repeats=2, iters=1)
+    times, peaks = bench.time_rounds({'a': run(1.0), 'b': run(3.0)}, run(0.5), peak_flops=50e9, repeats=2, iters=1,
+                                     peak_iters=1)
     assert times == {'a': [1.0, 1.0], 'b': [3.0, 6.0]}
     # readings (GFLOP/s = 50 / (0.5 s x slowness)): 100, 100, 100 | 100 (call 6), 50 (call 8), 50 (call 10)
     assert peaks == {'a': [100.0, 75.0], 'b': [100.0, 50.0]}
     assert [1 / t / p for t, p in zip(times['b'], peaks['b'])] == pytest.approx([1 / 300, 1 / 300])
+    clock.update(now=0.0, calls=0)  # a reading of several matmuls is their mean rate
+    assert bench.time_rounds({'a': run(1.0)}, run(0.5), 50e9, repeats=1, iters=1, peak_iters=3)[1] == {'a': [100.0]}
 
 
 def test_ratio_to_best_peer_is_paired_by_round(bench):
