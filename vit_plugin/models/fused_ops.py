@@ -80,8 +80,8 @@ def linear_residual(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear, 
     """
     if torch.is_autocast_enabled(x.device.type) or x.dtype != residual.dtype or torch.compiler.is_compiling():
         # Autocast does not cover in-place GEMMs: keep the plain form (fp32 residual + low-precision branch).
-        # Under torch.compile the plain form lets Inductor match linear + add itself (with freezing it
-        # fuses the addition into its pre-packed oneDNN GEMM); an addmm_ would hide the pattern.
+        # Under torch.compile the plain form leaves the pattern matching to Inductor: an addmm_ kept the
+        # frozen graph (vit_plugin.deploy) from pre-packing these GEMMs; now it is timm's op for op.
         branch = linear(x)
         return residual.add_(branch) if inplace else residual + branch
     shape = residual.shape
