@@ -28,6 +28,7 @@ def test_frozen_graph_matches_eager_and_uses_prepacked_gemms(tiny_vit):
         ref, = tiny_vit(x)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
     assert not out.requires_grad
+    assert list(fast.state_dict()) == ['model.' + k for k in tiny_vit.state_dict()]  # no duplicate copies
     with profile() as prof:
         fast(x)
     ops = {event.key for event in prof.key_averages()}
