@@ -14,7 +14,7 @@ mode to 0.86-0.89 (README, Speed). Two traps make this worth a helper:
   compilation would go unseen, so the wrapper refuses to run once a parameter or buffer has been
   written to (tracked by the tensors' version counters).
 """
-from typing import Any, Dict
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -37,20 +37,19 @@ class FrozenInference(nn.Module):
         self.model = model.eval()
         # not registered as a submodule: state_dict() etc. see the model's tensors once, under 'model.'
         object.__setattr__(self, '_compiled', torch.compile(model, **compile_kwargs))
-        self._versions = None  # weight versions at the first (compiling) call
+        self._watched = None  # (name, tensor) of every parameter and buffer, from the first (compiling) call
+        self._versions = None  # their version counters then
         self.eval()
 
-    def _weight_versions(self) -> Dict[str, int]:
-        tensors = list(self.model.named_parameters()) + list(self.model.named_buffers())
-        return {name: t._version for name, t in tensors}
-
     def _check_unchanged(self):
-        versions = self._weight_versions()
-        if self._versions is None:
-            self._versions = versions
-        elif versions != self._versions:
-            changed = sorted(k for k in versions.keys() | self._versions.keys()
-                             if versions.get(k) != self._versions.get(k))
+        if self._watched is None:  # one module walk; later calls only read the counters
+            self._watched = list(self.model.named_parameters()) + list(self.model.named_buffers())
+            self._versions = [t._version for _, t in self._watched]
+            return
+        versions = [t._version for _, t in self._watched]
+        if versions != self._versions:
+            changed = sorted(name for (name, _), now, then in zip(self._watched, versions, self._versions)
+                             if now != then)
             raise RuntimeError(
                 f'FrozenInference: {len(changed)} weight(s) were written after compilation (first: {changed[0]}), e.g. '
                 'by load_state_dict or an optimizer step. The frozen graph holds a copy of the weights taken '
