@@ -7,12 +7,16 @@
 _base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 default_scope = 'mmdet'
+# Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
+default_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10))
 
 # ---- The backbone: the only lines to change for another ViT or checkpoint --------------------------
 # embed_dims is the arch's width: 'ti' 192, 's' 384, 'b' 768, 'l' 1024, 'h' 1280. The checkpoint may be
 # one of ours (mmpretrain classifier or MPP pre-training, keys 'backbone.*') or a converted official
 # one; its 224-px position embedding is resized to img_size on load and to each batch's padded shape
-# on the fly. window_block_indices=None keeps the last block of each quarter global for any depth.
+# on the fly. window_block_indices=None: ViTDet's rule for any depth, the last block of each of 4
+# stages (as equal as possible) stays global, the others are windowed: blocks 2, 5, 8, 11 of 'b',
+# 5, 11, 17, 23 of 'l', 7, 15, 23, 31 of 'h'; with 4 or fewer blocks none is windowed (a warning says so).
 embed_dims = 768
 model = dict(
     backbone=dict(

@@ -3,6 +3,8 @@
 _base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 default_scope = 'mmdet'
+# Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
+default_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10))
 
 # ---- The backbone: the only lines to change for another ViT or checkpoint --------------------------
 # embed_dims is the arch's width: 'ti' 192, 's' 384, 'b' 768, 'l' 1024, 'h' 1280. The checkpoint may be

@@ -5,7 +5,8 @@
 _base_ = ['./vit_b16_in21k_ft_in1k_384.py']
 
 # Your pre-trained weights: a runner checkpoint of configs/vit_l16_in21k.py, or an official .npz / its
-# conversion by tools/convert_checkpoint.py (then drop `prefix`).
+# conversion by tools/convert_checkpoint.py (whole classifiers: prefix='backbone.' may stay or go, see
+# vit_b16_in21k_ft_in1k_384.py).
 pretrained = 'checkpoints/vit_l16_in21k.pth'
 
 model = dict(

@@ -18,3 +18,12 @@ except ImportError:  # torch_xla is optional for users; the set-up installs it f
 import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope='session')
+def digits_root(tmp_path_factory):
+    """The demo's digits dataset (1,797 32x32 PNGs), prepared once per test session."""
+    from vit_plugin.datasets.digits import prepare_digits_dataset
+    return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))

@@ -14,15 +14,70 @@ from mmengine.runner import Runner
 from scipy import ndimage
 
 import vit_plugin  # noqa: F401  (registers the vit_plugin scope)
-from vit_plugin.datasets.digits import prepare_digits_dataset
 from vit_plugin.engine.global_batch import apply_global_batch_size
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = osp.join(REPO, 'configs')
 
-# Official parameter counts with a 1000-class head and no pre-logits (official_vit_facts.md).
+# Exact parameter counts of the paper's models (Table 1) as released with the official
+# implementation: 224 px, a 1000-class head and no pre-logits layer.
 OFFICIAL_PARAMS = {'vit_b16': 86_567_656, 'vit_b32': 88_224_232, 'vit_l16': 304_326_632,
                    'vit_l32': 306_535_400, 'vit_h14': 632_045_800, 'vit_r50_b16': 98_659_112}
+# Table 1 of the paper: width D, depth, MLP size.
+ARCHS = {'ti': (192, 12, 768), 's': (384, 12, 1536), 'b': (768, 12, 3072), 'l': (1024, 24, 4096),
+         'h': (1280, 32, 5120)}
+IN21K, PRE_LOGITS = 21843, True
+
+
+def head_params(dims, num_classes, pre_logits=False):
+    """The classifier (and the D x D tanh pre-logits layer of the pre-training head)."""
+    return (dims * dims + dims if pre_logits else 0) + dims * num_classes + num_classes
+
+
+def vit_params(arch, patch, img_size, num_classes=None, pre_logits=False):
+    """Parameters of the paper's ViT counted layer by layer: the patch-embedding convolution, the
+    class token, the position table (one entry per patch plus the class token), per block two
+    LayerNorms, the q/k/v/out projections and the two MLP layers (all with biases), the final
+    LayerNorm and the head (none when ``num_classes`` is None). ``arch``: a name of ARCHS or
+    (D, depth, MLP size)."""
+    dims, depth, mlp = ARCHS[arch] if isinstance(arch, str) else arch
+    tokens = (img_size // patch) ** 2 + 1
+    block = 2 * 2 * dims + 4 * (dims * dims + dims) + 2 * dims * mlp + mlp + dims
+    body = 3 * patch * patch * dims + dims + dims + tokens * dims + depth * block + 2 * dims
+    return body + (head_params(dims, num_classes, pre_logits) if num_classes else 0)
+
+
+def hybrid_params(num_classes, pre_logits):
+    """R50+ViT-B/16 at 224 px: the official count with its 1000-class head swapped."""
+    return OFFICIAL_PARAMS['vit_r50_b16'] - head_params(768, 1000) + head_params(768, num_classes, pre_logits)
+
+
+# Every classification / pre-training config (and every base model no top-level config uses).
+EXPECTED_PARAMS = {
+    'vit_b16_in21k.py': vit_params('b', 16, 224, IN21K, PRE_LOGITS),
+    'vit_b32_in21k.py': vit_params('b', 32, 224, IN21K, PRE_LOGITS),
+    'vit_l16_in21k.py': vit_params('l', 16, 224, IN21K, PRE_LOGITS),
+    'vit_l32_in21k.py': vit_params('l', 32, 224, IN21K, PRE_LOGITS),
+    'vit_h14_in21k.py': vit_params('h', 14, 224, IN21K, PRE_LOGITS),
+    'vit_r50_b16_in21k.py': hybrid_params(IN21K, PRE_LOGITS),
+    # fine-tuning at 384 px: a 24x24 position table and a single zero-initialised linear layer
+    'vit_b16_in21k_ft_in1k_384.py': vit_params('b', 16, 384, 1000),
+    'vit_l16_in21k_ft_in1k_384.py': vit_params('l', 16, 384, 1000),
+    'vit_b16_in21k_ft_cifar10_384.py': vit_params('b', 16, 384, 10),
+    'vit_b16_in21k_ft_cifar100_384.py': vit_params('b', 16, 384, 100),
+    'vit_b16_in21k_ft_pets_384.py': vit_params('b', 16, 384, 37),
+    'vit_b16_in21k_ft_flowers102_384.py': vit_params('b', 16, 384, 102),
+    'vit_b16_mpp-ft_in1k-384.py': vit_params('b', 16, 384, 1000),
+    # masked patch prediction: the backbone, the learned [mask] embedding (D) and one linear layer to
+    # the paper's targets: 512 colours, 16 cells x 512 colours, or the 16x16x3 pixel values
+    'vit_b16_mpp_in1k.py': vit_params('b', 16, 224) + 768 + head_params(768, 512),
+    'vit_b16_mpp_in1k_4x4.py': vit_params('b', 16, 224) + 768 + head_params(768, 16 * 512),
+    'vit_b16_mpp_in1k_l2.py': vit_params('b', 16, 224) + 768 + head_params(768, 16 * 16 * 3),
+    # the demo: D=128, 4 blocks, MLP 256, 8x8 patches of 32x32 digits, 10 classes
+    'vit_demo_digits.py': vit_params((128, 4, 256), 8, 32, 10),
+    '_base_/models/vit_ti16.py': vit_params('ti', 16, 224, IN21K, PRE_LOGITS),
+    '_base_/models/vit_s16.py': vit_params('s', 16, 224, IN21K, PRE_LOGITS),
+}
 
 
 def _non_detection_configs():
@@ -60,18 +115,22 @@ def test_expected_configs_exist():
         assert name in CLASSIFICATION_CONFIGS
 
 
+def test_layer_by_layer_count_reproduces_the_official_counts():
+    for name, arch, patch in [('vit_b16', 'b', 16), ('vit_b32', 'b', 32), ('vit_l16', 'l', 16),
+                              ('vit_l32', 'l', 32), ('vit_h14', 'h', 14)]:
+        assert vit_params(arch, patch, 224, 1000) == OFFICIAL_PARAMS[name], name
+
+
+def test_every_config_has_an_expected_parameter_count():
+    base_models = ['_base_/models/' + n for n in _base_models_not_built_elsewhere()]
+    assert sorted(EXPECTED_PARAMS) == sorted(CLASSIFICATION_CONFIGS + base_models)
+
+
 @pytest.mark.parametrize('name', CLASSIFICATION_CONFIGS)
 def test_config_builds(name):
     cfg = Config.fromfile(osp.join(CONFIGS, name))
     model = build_model(cfg)
-    num_params = sum(p.numel() for p in model.parameters())
-    assert num_params > 0
-    arch = name[:-len('_in21k.py')]
-    if name.endswith('_in21k.py') and arch in OFFICIAL_PARAMS:
-        # The official counts are for a 1000-class head without pre-logits: swap the heads' sizes.
-        head = sum(p.numel() for p in model.head.parameters())
-        dims = cfg.model.head.in_channels
-        assert num_params - head + dims * 1000 + 1000 == OFFICIAL_PARAMS[arch]
+    assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[name]
     if cfg.model.type != 'ImageClassifier':
         return
     # The paper's preprocessing: pixels to [-1, 1]; the crop matches the model's resolution.
@@ -95,7 +154,7 @@ def test_base_model_builds(name):
     cfg = Config.fromfile(osp.join(CONFIGS, '_base_', 'models', name))
     cfg.default_scope = 'mmpretrain'
     model = build_model(cfg)
-    assert sum(p.numel() for p in model.parameters()) > 0
+    assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMS[f'_base_/models/{name}']
 
 
 @pytest.mark.parametrize('arch', sorted(OFFICIAL_PARAMS))
@@ -179,11 +238,6 @@ def _tiny(cfg, work_dir, data_root, img_size, max_steps, name):
 
 def _losses(runner):
     return np.array(runner.message_hub.get_scalar('train/loss').data[0])
-
-
-@pytest.fixture(scope='module')
-def digits_root(tmp_path_factory):
-    return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))
 
 
 @pytest.mark.slow

@@ -1,7 +1,6 @@
 """Checkpoint converters against independent references (timm's own .npz loader, timm and mmpretrain
 models) and the command-line tool's checks and atomic writes."""
 import functools
-import importlib.util
 import os
 import os.path as osp
 
@@ -11,11 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from _official_npz import official_arrays, save_npz
+from helpers.common import load_tool
+from vit_plugin.checkpoint.layout import GELU_KEY
 from vit_plugin.converters import (ConversionError, convert_jax_vit, finetune_transfer, load_official_npz,
                                    mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm)
 from vit_plugin.models import HybridViT, ViT
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY = dict(embed_dims=32, num_layers=2, num_heads=4, mlp_dims=64)
 
 
@@ -32,6 +32,8 @@ def _ours_from(checkpoint, **overrides):
     cfg.update(overrides)
     model = ViT(**cfg).eval()
     state = {k[len('backbone.'):]: v for k, v in checkpoint['state_dict'].items() if k.startswith('backbone.')}
+    if 'gelu_approximate' in overrides:
+        del state[GELU_KEY]  # the documented way to keep the model's own GELU instead of the recorded one
     model.load_state_dict(state, strict=True)
     return model
 
@@ -107,7 +109,7 @@ def test_hybrid_npz_matches_timm_loader(tmp_path, layers, gn_4d):
     _load_weights(ref, path)
     ours_sd, ref_sd = ours.state_dict(), ref.state_dict()
     names = [k for k in ref_sd if not k.startswith('head.')]
-    assert set(names) == set(ours_sd) - {'pos_embed_grid'}
+    assert set(names) == set(ours_sd) - {'pos_embed_grid', GELU_KEY}
     for name in names:
         assert torch.equal(ours_sd[name], ref_sd[name]), name
 
@@ -165,7 +167,6 @@ def test_mmpretrain_keys_load_directly_into_our_backbone():
 
 
 def test_mmpretrain_vision_transformer_loads_with_equal_outputs():
-    pytest.importorskip('mmcv')
     from mmpretrain.models import VisionTransformer
     torch.manual_seed(0)
     ref = VisionTransformer(arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64),
@@ -199,10 +200,7 @@ def test_finetune_transfer_zero_head_and_pre_logits():
 
 # ----------------------------------------------------------------------------- the command-line tool
 def _tool():
-    spec = importlib.util.spec_from_file_location('convert_checkpoint', osp.join(ROOT, 'tools/convert_checkpoint.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return load_tool('convert_checkpoint.py').main
 
 
 def test_tool_converts_for_finetuning_and_loads_with_init_cfg(tmp_path, capsys):
@@ -323,3 +321,82 @@ def test_tool_patch_size_change(tmp_path, capsys):
     kernel = torch.from_numpy(official_arrays()['embedding/kernel'].transpose(3, 2, 0, 1).copy())
     from vit_plugin.models import resize_patch_embed
     torch.testing.assert_close(model.patch_embed.proj.weight.detach(), resize_patch_embed(kernel, 4))
+
+
+# ----------------------------------------------------------------------------- what the weights record
+def test_official_weights_bring_the_gelu_they_were_trained_with(tmp_path):
+    """A backbone built with exact GELU (every config's default) runs the tanh GELU of the official
+    model once official weights load, and records it in the checkpoints it saves."""
+    checkpoint = load_official_npz(save_npz(tmp_path / 'vit.npz', official_arrays()))
+    state = {k[len('backbone.'):]: v for k, v in checkpoint['state_dict'].items() if k.startswith('backbone.')}
+    reference = ViT(arch=TINY, img_size=32, patch_size=8, gelu_approximate='tanh').eval()
+    reference.load_state_dict({k: v for k, v in state.items() if k != GELU_KEY}, strict=True)
+    model = ViT(arch=TINY, img_size=32, patch_size=8).eval()
+    model.load_state_dict(dict(state), strict=True)  # the record is consumed, not unexpected
+    assert {m.approximate for m in model.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x)[0], reference(x)[0], rtol=0, atol=0)
+    saved = model.state_dict()
+    assert int(saved[GELU_KEY]) == 1  # 'tanh'
+    again = ViT(arch=TINY, img_size=32, patch_size=8).eval()  # e.g. tools/test.py with the same config
+    again.load_state_dict(saved, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x)[0], reference(x)[0], rtol=0, atol=0)
+    assert GELU_KEY not in ViT(arch=TINY, img_size=32, patch_size=8).state_dict()  # exact GELU: no record
+
+
+def test_mmpretrain_names_both_ways_match_mmpretrain(tmp_path):
+    """Our keys -> mmpretrain's (the direction derived from the one renaming table) name exactly the
+    tensors of mmpretrain's own VisionTransformer."""
+    from mmpretrain.models import VisionTransformer
+    ref = VisionTransformer(arch=dict(embed_dims=32, num_layers=2, num_heads=4, feedforward_channels=64),
+                            img_size=32, patch_size=8, out_type='cls_token')
+    ours, report = mmpretrain_to_vit(ref.state_dict(), backbone_prefix='')
+    report.check()
+    back, report = vit_to_mmpretrain(ours, backbone_prefix='')
+    report.check()
+    assert back.keys() == ref.state_dict().keys()
+    assert all(torch.equal(back[k], v) for k, v in ref.state_dict().items())
+
+
+def test_models_do_not_import_converters_and_key_names_have_one_home():
+    """The models' loading code and the converters share key names through vit_plugin.checkpoint.layout,
+    which imports nothing from the package; the models never import the converters."""
+    import ast
+    package = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'vit_plugin')
+
+    def imported(path):
+        names = []
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom):
+                names.append('.' * node.level + (node.module or ''))
+            elif isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+        return names
+
+    for directory, _, files in os.walk(osp.join(package, 'models')):
+        for name in files:
+            if name.endswith('.py'):
+                path = osp.join(directory, name)
+                assert not [m for m in imported(path) if 'converters' in m], path
+    layout = imported(osp.join(package, 'checkpoint', 'layout.py'))
+    assert not [m for m in layout if m.startswith('.') or m.startswith('vit_plugin')], layout
+
+
+def test_tool_resizes_unrecorded_weights_like_the_models_do(tmp_path, capsys):
+    """Weights that record no resize mode are resized by the converter with the same rule as by a
+    model that loads them: the official loader's (scipy.ndimage.zoom(order=1))."""
+    from scipy import ndimage
+    torch.manual_seed(0)
+    src = ViT(arch=TINY, img_size=32, patch_size=8)
+    src.init_weights()
+    torch.save(src.state_dict(), tmp_path / 'ours.pth')
+    assert _tool()([str(tmp_path / 'ours.pth'), str(tmp_path / 'big.pth'), '--img-size', '48']) == 0
+    assert '4x4 -> 6x6 patch grid (mode=official)' in capsys.readouterr().out
+    table = torch.load(tmp_path / 'big.pth', weights_only=True)['state_dict']['backbone.pos_embed']
+    ref = ndimage.zoom(src.pos_embed.detach()[0, 1:].reshape(4, 4, 32).double().numpy(), (1.5, 1.5, 1), order=1)
+    np.testing.assert_allclose(table[0, 1:].reshape(6, 6, 32).double().numpy(), ref, atol=1e-6)
+    loaded = ViT(arch=TINY, img_size=48, patch_size=8)
+    loaded.load_state_dict(src.state_dict())
+    torch.testing.assert_close(loaded.pos_embed.detach(), table, rtol=0, atol=0)

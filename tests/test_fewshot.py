@@ -1,4 +1,5 @@
 """Few-shot linear evaluation: the closed-form solver, the k-shot sampler, the metric, the hook, the tool."""
+import glob
 import json
 import os.path as osp
 
@@ -12,10 +13,9 @@ from mmengine.structures import BaseDataElement
 from torch.utils.data import Dataset
 
 import vit_plugin  # noqa: F401  (registers the vit_plugin scope)
+from helpers.common import REPO, load_tool
 from vit_plugin.evaluation import (FewShotLinearMetric, RidgeSolver, fewshot_linear_eval, run_fewshot_eval,
                                    sample_k_shot, select_l2, signed_one_hot)
-
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def _reference_ridge(x, y, l2, standardize):
@@ -237,47 +237,61 @@ def demo_setup(tmp_path_factory):
                'train_dataloader.dataset.data_root': str(tmp / 'digits'),
                'test_dataloader.dataset.data_root': str(tmp / 'digits')}
     cfg = load_config(osp.join(REPO, 'configs', 'vit_demo_digits.py'), options)
+    torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     model.init_weights()
     ckpt = tmp / 'tiny.pth'
     torch.save(dict(state_dict=model.state_dict(), meta=dict()), ckpt)
-    return tmp, options, str(ckpt)
+    return tmp, options, str(ckpt), model.eval()
 
 
 def _options_argv(options):
     return ['--cfg-options'] + [f'{k}={v}' for k, v in options.items()]
 
 
-def load_tool(*parts):
-    """Import a script under tools/ as a module (its ``main(argv)`` runs in this process)."""
-    import importlib.util
-
-    path = osp.join(REPO, 'tools', *parts)
-    spec = importlib.util.spec_from_file_location(f'tool_{parts[-1][:-3]}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _pre_logits_of_split(model, root, split):
+    """The model's pre-logits features of every image of a digits split, computed here without the
+    tool or the dataset classes: the PNGs in the folder-per-class order (classes, then file names),
+    pixels to [-1, 1] as the config's preprocessor does, one batch of 64 at a time as the tool runs."""
+    from PIL import Image
+    paths = sorted(glob.glob(osp.join(root, split, '*', '*.png')))
+    labels = np.array([int(osp.basename(osp.dirname(p))) for p in paths])
+    gray = np.stack([np.asarray(Image.open(p), dtype=np.float32) for p in paths])
+    images = torch.from_numpy((gray - 127.5) / 127.5)[:, None].expand(-1, 3, -1, -1)
+    with torch.no_grad():
+        feats = torch.cat([model.extract_feat(images[i:i + 64], stage='pre_logits')
+                           for i in range(0, len(images), 64)])
+    return feats.numpy(), labels
 
 
 def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
     tool = load_tool('fewshot_eval.py')
-    tmp, options, ckpt = demo_setup
+    tmp, options, ckpt, model = demo_setup
     out = tmp / 'fewshot.json'
     argv = [osp.join(REPO, 'configs', 'vit_demo_digits.py'), ckpt, '--shots', '1', '5', '--num-workers', '0',
             '--out', str(out)] + _options_argv(options)
     metrics = tool.main(argv)
-    saved = json.load(open(out))['metrics']
-    assert saved == pytest.approx(metrics)
-    # Even random frozen features of a tiny ViT carry some class information on digits (chance is 10%).
-    assert 10.0 < metrics['fewshot/5shot_top1'] <= 100.0
-    assert '| 5 |' in capsys.readouterr().out
+    # The shots come from the train split read without augmentation, the accuracy from the test split,
+    # the regulariser from 2 held-out images per class, the k-shot draw from seed 0.
+    support, support_labels = _pre_logits_of_split(model, str(tmp / 'digits'), 'train')
+    query, query_labels = _pre_logits_of_split(model, str(tmp / 'digits'), 'test')
+    assert (len(support), len(query)) == (1438, 359)
+    expected = fewshot_linear_eval(support, support_labels, query, query_labels, shots=(1, 5), seed=0,
+                                   num_holdout_per_class=2)
+    for k in (1, 5):
+        assert metrics[f'fewshot/{k}shot_top1'] == pytest.approx(expected[k]['top1'], abs=1e-9)
+        assert metrics[f'fewshot/{k}shot_log2_l2'] == pytest.approx(np.log2(expected[k]['l2']))
+    saved = json.load(open(out))
+    assert saved['seed'] == 0 and saved['checkpoint'] == ckpt
+    assert saved['metrics']['fewshot/5shot_top1'] == pytest.approx(expected[5]['top1'], abs=1e-9)
+    assert f"| 5 | {expected[5]['top1']:.2f} |" in capsys.readouterr().out
 
 
 def test_fewshot_tool_refuses_a_checkpoint_of_another_model(demo_setup, tmp_path, capsys):
     from vit_plugin.analysis.cli import run
     from vit_plugin.models.backbones.vit import ViT
     tool = load_tool('fewshot_eval.py')
-    _, options, _ = demo_setup
+    _, options, _, _ = demo_setup
     other = ViT(arch=dict(embed_dims=48, num_layers=2, num_heads=2, mlp_dims=64), img_size=32, patch_size=4)
     bad = tmp_path / 'other.pth'
     torch.save(dict(state_dict={f'backbone.{k}': v for k, v in other.state_dict().items()}), bad)

@@ -1,18 +1,19 @@
 """A checkpoint trained at one resolution loads into a model at another through every loading path of a
 real mmengine Runner (init_cfg Pretrained, load_from, resume) and plain load_state_dict, with the
-position embedding resized exactly once (counted log lines), and official .npz files load directly."""
+position embedding resized exactly once (counted log lines), and official .npz files load directly, also
+through the README's fine-tuning recipe, with the GELU they were trained with."""
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset
 
-pytest.importorskip('mmcv')  # mmpretrain's ImageClassifier needs mmcv
-
+import mmcv  # noqa: F401  (pinned; mmpretrain's ImageClassifier needs it: a missing mmcv fails here)
 from mmengine.runner import Runner  # noqa: E402
 from scipy import ndimage  # noqa: E402
 
 import vit_plugin  # noqa: E402,F401  (what custom_imports=['vit_plugin'] does in a config)
 from _official_npz import official_arrays, save_npz  # noqa: E402
+from helpers.common import REPO, load_tool  # noqa: E402
 from vit_plugin.engine.hooks import pos_embed_hooks  # noqa: E402
 from vit_plugin.models import load_adapt  # noqa: E402
 from vit_plugin.models.pos_embed import resize_pos_embed  # noqa: E402
@@ -85,7 +86,7 @@ def pretrained(tmp_path_factory):
     return path, state
 
 
-def _expected(state, mode='bicubic'):
+def _expected(state, mode='official'):  # the rule for checkpoints that record no mode (ours)
     return resize_pos_embed(state['backbone.pos_embed'], (6, 6), (4, 4), 1, mode=mode, compute_dtype=torch.float64)
 
 
@@ -150,3 +151,77 @@ def test_official_npz_through_load_from_and_init_cfg(tmp_path, resize_logs):
     runner.train()
     np.testing.assert_allclose(_pos_embed(runner)[0, 1:].reshape(6, 6, 32).numpy(), ref, atol=1e-6)
     assert sum(RESIZED in line and 'mode=official' in line for line in resize_logs) == 2  # once per path
+
+
+# ----------------------------------------------------------------------------- the README's recipe
+def _readme_snippet(heading):
+    """The first python block after ``heading`` in README.md, as a user copies it."""
+    import os.path as osp
+    import re
+    text = open(osp.join(REPO, 'README.md')).read()
+    start = text.index(heading)
+    return re.search(r'```python\n(.*?)```', text[start:], re.S).group(1)
+
+
+@pytest.fixture(scope='module')
+def official_files(tmp_path_factory):
+    """A tiny official-layout .npz (4x4 grid, pre-training head) and its conversion by the tool."""
+    folder = tmp_path_factory.mktemp('official')
+    arrays = official_arrays(pre_logits=24, classes=7)
+    npz = save_npz(folder / 'ViT-B_16.npz', arrays)
+    assert load_tool('convert_checkpoint.py').main([npz, str(folder / 'ViT-B_16.pth')]) == 0
+    return arrays, {'npz': npz, 'converted': str(folder / 'ViT-B_16.pth')}
+
+
+@pytest.mark.parametrize('source', ['npz', 'converted'])
+def test_readme_finetuning_recipe_for_official_weights(tmp_path, official_files, resize_logs, source):
+    """'A new experiment is a few lines': the README's snippet, as written (prefix=None), fine-tunes
+    from an official .npz or its conversion: the backbone gets the official weights, resized as the
+    official loader does, with the GELU they were trained with; the new head starts at zero."""
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    arrays, files = official_files
+    snippet = _readme_snippet('A new experiment is a few lines')
+    assert "prefix=None" in snippet and "'./vit_b16_in21k_ft_cifar10_384.py'" in snippet
+    snippet = snippet.replace("'./vit_b16_in21k_ft_cifar10_384.py'",
+                              repr(osp.join(REPO, 'configs', 'vit_b16_in21k_ft_cifar10_384.py')))
+    snippet = snippet.replace("'checkpoints/ViT-B_16.npz'", repr(files[source]))
+    (tmp_path / 'experiment.py').write_text(snippet)
+    cfg = Config.fromfile(str(tmp_path / 'experiment.py'))
+    assert cfg.model.backbone.init_cfg.prefix is None
+    cfg.model.backbone.update(arch=TINY, patch_size=8, img_size=48)  # the tiny file's model, at 48 px
+    cfg.model.head.in_channels = TINY['embed_dims']
+    init_default_scope('mmpretrain')
+    model = MODELS.build(cfg.model)
+    assert {m.approximate for m in model.backbone.modules() if isinstance(m, torch.nn.GELU)} == {'none'}
+    model.init_weights()
+
+    backbone = model.backbone
+    table = arrays['Transformer/posembed_input/pos_embedding'][0, 1:].reshape(4, 4, 32)
+    ref = ndimage.zoom(table, (1.5, 1.5, 1), order=1)  # what the official loader does
+    np.testing.assert_allclose(backbone.pos_embed.detach()[0, 1:].reshape(6, 6, 32).numpy(), ref, atol=1e-6)
+    kernel = arrays['Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel']
+    assert torch.equal(backbone.blocks[1].mlp.fc1.weight.detach(), torch.from_numpy(kernel.T.copy()))
+    assert torch.equal(backbone.cls_token.detach().reshape(-1), torch.from_numpy(arrays['cls'].reshape(-1)))
+    assert {m.approximate for m in backbone.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}
+    assert model.head.layers.head.weight.shape == (10, 32) and not model.head.layers.head.weight.any()
+    assert sum('loading its "backbone." part' in line for line in resize_logs) == 1
+    assert sum(RESIZED in line and 'mode=official' in line for line in resize_logs) == 1
+
+
+def test_official_npz_load_from_runs_the_tanh_gelu_and_keeps_it(tmp_path):
+    """load_from an official .npz into a classifier whose config says exact GELU: training runs tanh,
+    and the runner's checkpoint carries it to the next load (tools/test.py builds the same config)."""
+    from mmpretrain.registry import MODELS
+    npz = save_npz(tmp_path / 'ViT-tiny.npz', official_arrays(classes=3))
+    runner = _runner(tmp_path, 'npz_gelu', 32, load_from=npz)
+    runner.train()
+    gelus = {m.approximate for m in runner.model.backbone.modules() if isinstance(m, torch.nn.GELU)}
+    assert gelus == {'tanh'}
+    saved = torch.load(str(tmp_path / 'npz_gelu' / 'iter_1.pth'), weights_only=False)['state_dict']
+    fresh = MODELS.build(_model(32))
+    fresh.load_state_dict(saved, strict=True)
+    assert {m.approximate for m in fresh.backbone.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}

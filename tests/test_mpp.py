@@ -1,4 +1,4 @@
-"""Masked patch prediction (issue 6): corruption statistics, targets, loss masking, configs, training."""
+"""Masked patch prediction: corruption statistics, targets, loss masking, configs, training."""
 import copy
 import math
 import os.path as osp
@@ -17,12 +17,14 @@ PROJECT = osp.join(ROOT, 'projects', 'masked_patch_prediction')
 TINY_ARCH = dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64)
 
 
-def build_mpp(target='mean_color_3bit', img_size=32, patch_size=8, **kwargs):
+def build_mpp(target='mean_color_3bit', img_size=32, patch_size=8, backbone=None, **kwargs):
+    """A tiny MPP model; ``backbone`` updates the ViT config."""
     from mmpretrain.registry import MODELS
     model = MODELS.build(dict(
         type='vit_plugin.MaskedPatchPrediction',
         data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True),
-        backbone=dict(type='vit_plugin.ViT', arch=TINY_ARCH, img_size=img_size, patch_size=patch_size),
+        backbone=dict(type='vit_plugin.ViT', arch=TINY_ARCH, img_size=img_size, patch_size=patch_size,
+                      **(backbone or {})),
         head=dict(type='vit_plugin.MPPHead', in_channels=TINY_ARCH['embed_dims'], target=target,
                   patch_size=patch_size),
         **kwargs))
@@ -269,6 +271,77 @@ def test_head_checks_and_accuracy():
     assert out['loss'].item() == pytest.approx(100 / 6, rel=1e-4)  # one wrong of six, logit gap 100
 
 
+@pytest.mark.parametrize('bad', [dict(random_source='dataset'), dict(corrupt_ratio=0.),
+                                 dict(mask_prob=0.8, random_prob=0.3)])
+def test_bad_corruption_settings_fail_when_built(bad):
+    """The model refuses at construction exactly what the sampler would refuse at the first step."""
+    with pytest.raises(ValueError) as built:
+        build_mpp(**bad)
+    with pytest.raises(ValueError) as sampled:
+        sample_corruption(2, 16, **bad)
+    assert str(built.value) == str(sampled.value)
+
+
+@pytest.mark.parametrize('head_patch', [4, 16])  # the backbone's patch_size, the pixels per token
+def test_hybrid_backbone_is_refused(head_patch):
+    """Hybrid tokens see beyond their own patch, so corrupting a token would not hide its pixels."""
+    from mmpretrain.registry import MODELS
+    backbone = dict(type='vit_plugin.HybridViT', arch=TINY_ARCH, layers=(), patch_size=4, img_size=32)
+    # Why: pixels of the second 16x16 patch (one token of this stem-only hybrid) move the first
+    # token, while a plain ViT's first token depends on its own patch alone.
+    torch.manual_seed(7)
+    x = torch.rand(1, 3, 32, 32)
+    y = x.clone()
+    y[..., :16, 16:] = torch.rand(1, 3, 16, 16)
+    for cfg, leaks in ((backbone, True), (dict(type='vit_plugin.ViT', arch=TINY_ARCH, patch_size=16, img_size=32),
+                                          False)):
+        net = MODELS.build(cfg)
+        with torch.no_grad():
+            first = [net.patch_embed(image)[0][0, 0] for image in (x, y)]
+        assert torch.allclose(*first, rtol=0, atol=1e-6) != leaks, cfg['type']
+    with pytest.raises(TypeError, match='each embed one image patch.*HybridEmbed'):
+        MODELS.build(dict(type='vit_plugin.MaskedPatchPrediction', backbone=backbone,
+                          head=dict(type='vit_plugin.MPPHead', in_channels=32, patch_size=head_patch)))
+
+
+def test_targets_must_match_the_tokens():
+    """A patch size that does not describe the tokens is an error, not a gather of other patches' targets."""
+    model = build_mpp(patch_size=8)  # 32 px images: 4x4 tokens
+    model.backbone.patch_size = (4, 4)  # now the targets are computed on an 8x8 grid
+    inputs = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ValueError, match='64 MPP targets .* 16 patch tokens'):
+        model.loss(inputs)
+    with pytest.raises(ValueError, match='64 MPP targets .* 16 patch tokens'):
+        model.predict_corrupted(inputs)
+
+
+@pytest.mark.parametrize('extra', [
+    dict(window_size=3, window_block_indices=(0, )),
+    dict(use_rel_pos=True),
+    dict(window_size=3, window_block_indices=(0, ), use_rel_pos=True),
+], ids=['window', 'rel_pos', 'window+rel_pos'])
+def test_mpp_uses_the_backbone_encoder(extra):
+    """Windowed blocks (3x3 windows on the 4x4 grid: padded) and relative position bias train under MPP."""
+    model = build_mpp(backbone=dict(out_type='raw', **extra)).train()
+    assert model.backbone.blocks[0].window_size == extra.get('window_size', 0)
+    torch.manual_seed(6)
+    inputs = torch.randn(2, 3, 32, 32)
+    losses = model.loss(inputs)
+    assert all(torch.isfinite(value) for value in losses.values())
+    losses['loss'].backward()
+    for i, block in enumerate(model.backbone.blocks):
+        grads = [param.grad for param in block.parameters()]
+        assert all(grad is not None for grad in grads) and any(grad.abs().sum() > 0 for grad in grads), i
+        if extra.get('use_rel_pos'):
+            assert block.attn.rel_pos_h.grad.abs().sum() > 0, i
+    # With every corrupted patch kept as it is, the encoder output is the backbone's own forward.
+    model.eval()
+    latent, _ = model.encode_corrupted(inputs, sample_corruption(2, 16, mask_prob=0., random_prob=0.))
+    with torch.no_grad():
+        own = model.backbone(inputs)[0][:, 1:]
+    torch.testing.assert_close(latent, own, rtol=0, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------- configs
 @pytest.mark.parametrize('name,target,out', [
     ('vit_b16_mpp_in1k.py', 'mean_color_3bit', (512, )),
@@ -326,14 +399,16 @@ def test_finetune_config_loads_mpp_checkpoint(tmp_path):
         if key in ('pos_embed', 'pos_embed_grid'):
             continue
         assert torch.equal(loaded[key], value), key
-    # 224 px -> 384 px: the 14x14 table is resized to 24x24 on load.
+    # 224 px -> 384 px: the 14x14 table is resized to 24x24 on load, by the same rule as the supervised
+    # fine-tuning of vit_b16_in21k_ft_in1k_384.py: the official loader's resize.
+    assert classifier.backbone.pos_embed_load_mode == 'official'
     assert torch.allclose(loaded['pos_embed'], resize_pos_embed(source['pos_embed'], (24, 24), (14, 14), 1,
-                                                                 mode='bicubic'), atol=1e-6)
+                                                                 mode='official'), atol=1e-6)
     assert all(float(p.abs().max()) == 0. for p in classifier.head.parameters())
 
 
 @pytest.mark.slow
-def test_mpp_training_run_on_digits_lowers_loss_and_fine_tunes(tmp_path):
+def test_mpp_training_run_on_digits_lowers_loss_and_fine_tunes(tmp_path, digits_root):
     """A few hundred real iterations of the project's MPP config, then its fine-tuning config."""
     from mmengine.config import Config
     from mmengine.runner import Runner
@@ -344,7 +419,7 @@ def test_mpp_training_run_on_digits_lowers_loss_and_fine_tunes(tmp_path):
     cfg.param_scheduler[0].end = cfg.param_scheduler[1].begin = 30
     cfg.param_scheduler[1].end = iters
     cfg.train_dataloader.update(batch_size=32, num_workers=0)
-    cfg.train_dataloader.dataset.data_root = osp.join(ROOT, 'data', 'digits')
+    cfg.train_dataloader.dataset.data_root = digits_root
     cfg.default_hooks.checkpoint.interval = iters
     cfg.default_hooks.logger.interval = 50
     cfg.work_dir = str(tmp_path / 'mpp')

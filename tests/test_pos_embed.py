@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 from scipy import ndimage
 
+from vit_plugin.checkpoint.layout import MODE_KEY, decode_resize_mode, encode_resize_mode
 from vit_plugin.models import ViT
 from vit_plugin.models import load_adapt
-from vit_plugin.models.load_adapt import MODE_KEY, encode_resize_mode
 from vit_plugin.models.patch_resize import resize_patch_embed
-from vit_plugin.models.pos_embed import infer_grid, resize_pos_embed
+from vit_plugin.models.pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed
 
 TINY = dict(embed_dims=32, num_layers=2, num_heads=4, mlp_dims=64)
 
@@ -45,6 +45,16 @@ def test_half_pixel_modes_equal_timm(mode, antialias, old, new):
     ref = resample_abs_pos_embed(table, list(new), list(old), num_prefix_tokens=1, interpolation=mode,
                                  antialias=antialias)
     torch.testing.assert_close(ours, ref, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize('mode', ['bicubic', 'bilinear'])
+def test_half_pixel_modes_equal_mmpretrain_in_float32(mode):
+    """mmpretrain's resize (float32 only, no antialias) computes the same table bit for bit."""
+    from mmpretrain.models.utils import resize_pos_embed as mmpretrain_resize
+    for old, new in [((14, 14), (24, 24)), ((6, 9), (10, 4))]:
+        table = _table(old)
+        ours = resize_pos_embed(table, new, old_grid=old, mode=mode)
+        torch.testing.assert_close(ours, mmpretrain_resize(table, old, new, mode=mode), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize('dtype,compute', [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
@@ -150,7 +160,7 @@ def test_plain_load_state_dict_resizes_once_with_official_mode_recorded(monkeypa
 def test_non_square_grid_travels_with_our_weights(monkeypatch):
     src, dst = _vit((32, 48)), _vit((48, 32))
     dst.load_state_dict(src.state_dict())  # a 4x6 table that cannot be inferred without metadata
-    expected = resize_pos_embed(src.pos_embed.detach(), (6, 4), (4, 6), mode='bicubic',
+    expected = resize_pos_embed(src.pos_embed.detach(), (6, 4), (4, 6), mode='official',
                                 compute_dtype=torch.float64)
     assert torch.equal(dst.pos_embed.detach(), expected)
     state = _vit((32, 56)).state_dict()
@@ -169,7 +179,7 @@ def test_patch_size_change_resizes_kernel_and_grid(monkeypatch):
     assert tuple(dst.pos_embed.shape) == (1, 65, 32)
 
 
-def test_wrong_model_and_wrong_prefix_fail_clearly():
+def test_wrong_model_fails_clearly():
     dst = _vit(32)
     wide = ViT(arch=dict(TINY, embed_dims=48, num_heads=4, mlp_dims=96), img_size=32, patch_size=8)
     with pytest.raises(ValueError, match='pos_embed: the checkpoint has width 48.*embed_dims=32'):
@@ -177,9 +187,72 @@ def test_wrong_model_and_wrong_prefix_fail_clearly():
     deep = ViT(arch=dict(TINY, num_layers=3), img_size=32, patch_size=8)
     with pytest.raises(ValueError, match='blocks.2: the checkpoint has 3 encoder blocks'):
         dst.load_state_dict(deep.state_dict(), strict=False)
-    whole = {'backbone.' + k: v for k, v in _vit(32).state_dict().items()}
-    with pytest.raises(ValueError, match="prefix='backbone.'"):
-        dst.load_state_dict(whole, strict=False)
+
+
+def test_bare_backbone_takes_the_backbone_part_of_a_whole_model(monkeypatch):
+    logs = _LogCounter(monkeypatch)
+    src, dst = _vit(32), ViT(arch=TINY, img_size=32, patch_size=8)
+    whole = {**{'backbone.' + k: v for k, v in src.state_dict().items()},
+             'head.layers.head.weight': torch.randn(5, 32), 'head.layers.head.bias': torch.randn(5)}
+    dst.load_state_dict(whole, strict=True)  # the head is left out, so nothing is unexpected
+    for key, value in src.state_dict().items():
+        assert torch.equal(dst.state_dict()[key], value), key
+    assert logs.count('loading its "backbone." part') == 1
+    assert 'head.layers.head.weight' in logs.lines[0]
+
+
+def test_whole_model_with_several_vits_is_refused():
+    state = _vit(32).state_dict()
+    both = {**{'backbone.' + k: v for k, v in state.items()}, **{'teacher.backbone.' + k: v for k, v in state.items()}}
+    with pytest.raises(ValueError, match=r"'backbone.', 'teacher.backbone.'.*ambiguous.*prefix='backbone.'"):
+        _vit(32).load_state_dict(both, strict=False)
+    other = {'encoder.' + k: v for k, v in state.items()}  # a ViT under another name is not guessed at
+    with pytest.raises(ValueError, match="'encoder.'.*prefix='encoder.'"):
+        _vit(32).load_state_dict(other, strict=False)
+
+
+def test_recorded_resize_modes_keep_their_meaning():
+    # Files store an index: the table must never be reordered (these indices are in files on disk).
+    assert [int(encode_resize_mode(m)) for m in ('official', 'bilinear', 'bicubic')] == [0, 1, 2]
+    for mode in RESIZE_MODES:  # every mode the models know can be recorded and read back
+        assert decode_resize_mode(encode_resize_mode(mode)) == mode
+    with pytest.raises(ValueError, match='pos_embed_resize_mode.*Delete the key'):
+        decode_resize_mode(torch.tensor(7))
+
+
+def _backbone_cfgs(cfg):
+    """Every ViT backbone config inside a model config (a classifier's, an MPP model's, a detector's)."""
+    if isinstance(cfg, dict):
+        if str(cfg.get('type', '')).endswith(('ViT', 'HybridViT')):
+            yield cfg
+        for value in cfg.values():
+            yield from _backbone_cfgs(value)
+    elif isinstance(cfg, (list, tuple)):
+        for value in cfg:
+            yield from _backbone_cfgs(value)
+
+
+def test_every_config_resizes_checkpoints_by_one_rule():
+    """Our checkpoints load at another grid the same way in every config (supervised, MPP, detection)
+    as official ones do: the official loader's resize, the backbone's default."""
+    import glob
+    import inspect
+    import os.path as osp
+
+    from mmengine.config import Config
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    default = inspect.signature(ViT).parameters['pos_embed_load_mode'].default
+    assert default == 'official'
+    paths = sorted(glob.glob(osp.join(root, 'configs', '*.py'))
+                   + glob.glob(osp.join(root, 'projects', 'masked_patch_prediction', 'configs', '*.py')))
+    checked = []
+    for path in paths:
+        cfg = Config.fromfile(path)
+        for backbone in _backbone_cfgs(cfg.get('model', {})):
+            assert backbone.get('pos_embed_load_mode', default) == 'official', path
+            checked.append(osp.basename(path))
+    assert {'vit_b16_in21k_ft_cifar10_384.py', 'vit_b16_mpp-ft_in1k-384.py', 'tiny-vit_digits_ft-mpp.py',
+            'mask_rcnn_vit_b16_simplefpn_1x_coco.py'} <= set(checked)
 
 
 def test_class_token_mismatch_is_explained():

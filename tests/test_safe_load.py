@@ -124,3 +124,69 @@ def test_getattr_stand_in_refuses_other_attributes(tmp_path):
     torch.save({'x': Sneaky()}, path)
     with pytest.raises(UnsafeCheckpointError, match='__init__'):
         safe_torch_load(str(path))
+
+
+# ----------------------------------------------------------------------------- URLs
+@pytest.fixture
+def http_root(tmp_path, monkeypatch):
+    """A directory served over http on 127.0.0.1, and an empty torch hub directory for the cache."""
+    import functools
+    import http.server
+    import threading
+    root = tmp_path / 'served'
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for name in ('no_proxy', 'NO_PROXY'):
+        monkeypatch.setenv(name, '127.0.0.1,localhost')
+    monkeypatch.setattr(torch.hub, '_hub_dir', str(tmp_path / 'hub'))
+    yield root, f'http://127.0.0.1:{server.server_address[1]}'
+    server.shutdown()
+    server.server_close()
+
+
+def _cached_files(hub):
+    return sorted(p.relative_to(hub) for p in hub.rglob('*') if p.is_file()) if hub.exists() else []
+
+
+def test_mmengine_url_scheme_is_ours():
+    from vit_plugin.checkpoint.safe_load import load_url_checkpoint
+    assert CheckpointLoader._get_checkpoint_loader('https://example.org/model.pth') is load_url_checkpoint
+
+
+def test_urls_ending_in_the_same_file_name_do_not_share_a_cache_entry(http_root, tmp_path):
+    root, base = http_root
+    for run, value in (('run_a', 1.), ('run_b', 2.)):
+        (root / run).mkdir()
+        torch.save({'state_dict': {'w': torch.full((3, ), value)}}, root / run / 'model.pth')
+    first = _load_checkpoint(f'{base}/run_a/model.pth')
+    second = _load_checkpoint(f'{base}/run_b/model.pth')
+    assert first['state_dict']['w'].tolist() == [1.] * 3
+    assert second['state_dict']['w'].tolist() == [2.] * 3  # not run_a's file from the cache
+    cached = _cached_files(tmp_path / 'hub')
+    assert len(cached) == 2 and all(p.name == 'model.pth' for p in cached)
+    (root / 'run_b' / 'model.pth').unlink()  # the second load comes from the cache
+    assert _load_checkpoint(f'{base}/run_b/model.pth')['state_dict']['w'].tolist() == [2.] * 3
+
+
+def test_hash_prefix_in_the_file_name_is_checked(http_root, tmp_path):
+    import hashlib
+    root, base = http_root
+    torch.save({'state_dict': {'w': torch.ones(3)}}, root / 'weights.pth')
+    data = (root / 'weights.pth').read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    wrong = ('0' if digest[0] != '0' else '1') + digest[1:8]
+    (root / f'weights-{wrong}.pth').write_bytes(data)
+    (root / f'weights-{digest[:8]}.pth').write_bytes(data)
+    with pytest.raises(CheckpointError) as err:
+        _load_checkpoint(f'{base}/weights-{wrong}.pth')
+    message = str(err.value)
+    assert f'weights-{wrong}.pth' in message and wrong in message and digest in message
+    assert 'nothing was cached' in message
+    assert _cached_files(tmp_path / 'hub') == []  # no file, no partial download left
+    ckpt = _load_checkpoint(f'{base}/weights-{digest[:8]}.pth')
+    assert torch.equal(ckpt['state_dict']['w'], torch.ones(3))
+    assert [p.name for p in _cached_files(tmp_path / 'hub')] == [f'weights-{digest[:8]}.pth']

@@ -14,36 +14,30 @@ import glob
 import json
 import os
 import os.path as osp
-import socket
 import subprocess
 import sys
 
 import pytest
+import torch_xla  # noqa: F401  (pinned: a missing torch_xla fails here instead of skipping)
 
+from helpers.common import HELPERS as TEST_HELPERS
+from helpers.common import REPO, free_port, read_losses
 from vit_plugin.checkpoint.safe_load import safe_torch_load
-from vit_plugin.datasets.digits import prepare_digits_dataset
 
-pytest.importorskip('torch_xla')
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-HELPERS = [osp.join(REPO, 'tests', 'helpers'), osp.join(REPO, 'tests', 'xla_helpers')]
+HELPERS = [TEST_HELPERS, osp.join(REPO, 'tests', 'xla_helpers')]
 TOL = 1e-4
 
 
-@pytest.fixture(scope='module')
-def digits_root(tmp_path_factory):
-    return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))
-
-
-def cls_config(path, data_root):
-    """configs/vit_demo_digits.py shrunk: a 2-block ViT, 4 iterations per epoch, 2 epochs, no dropout
-    (XLA's random generator differs from the CPU's) and no random augmentation."""
+def cls_config(path, data_root, drop_rate=0.0):
+    """configs/vit_demo_digits.py shrunk: a 2-block ViT, 4 iterations per epoch, 2 epochs, no random
+    augmentation and by default no dropout (XLA's random generator differs from the CPU's)."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
 custom_imports = dict(imports=['vit_plugin', 'loss_recorder'], allow_failed_imports=False)
 model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64),
-                           drop_rate=0.0),
+                           drop_rate={drop_rate}),
              head=dict(in_channels=32))
 train_dataloader = dict(batch_size=16, num_workers=0, persistent_workers=False,
                         sampler=dict(type='DefaultSampler', shuffle=True, seed=0),
@@ -101,14 +95,7 @@ def train(cfg, work_dir, *extra, timeout=900):
     cmd = [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work_dir), *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    with open(osp.join(work_dir, 'losses_rank0.json')) as f:
-        return {int(k): v for k, v in json.load(f).items()}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+    return read_losses(work_dir)
 
 
 def xla_summary(work_dir):
@@ -148,6 +135,18 @@ def test_classifier_on_xla_matches_cpu_and_checkpoints_resume_across_devices(tmp
     # Resumed with the optimizer state present, the run compiles only the steady-state step graph.
     resumed = xla_summary(tmp_path / 'resume_xla')
     assert resumed['warmup_compiles'] == 1 and resumed['steady_compiles'] == 0, resumed
+
+
+def test_dropout_on_xla_resumes_exactly(tmp_path, digits_root):
+    # The XLA device draws dropout masks from its own generator; RNGReseedHook reseeds it with the
+    # host generators, so a run resumed on XLA repeats the uninterrupted run's masks and losses.
+    cfg = cls_config(tmp_path / 'cls.py', digits_root, drop_rate=0.1)
+    full = train(cfg, tmp_path / 'full', '--no-validate', '--launcher', 'xla')
+    resumed = train(cfg, tmp_path / 'resumed', '--no-validate', '--launcher', 'xla', '--resume',
+                    str(tmp_path / 'full' / 'epoch_1.pth'))
+    assert sorted(resumed) == [4, 5, 6, 7]
+    assert max(abs(resumed[i] - full[i]) for i in resumed) < 1e-6, (resumed, full)
+    assert xla_summary(tmp_path / 'resumed')['steady_compiles'] == 0  # reseeding compiles nothing
 
 
 def test_masked_patch_prediction_on_xla_matches_cpu(tmp_path, digits_root):

@@ -52,8 +52,8 @@ def parse_args(argv=None):
     parser.add_argument('--pos-embed-grid', type=int, nargs=2, metavar=('ROWS', 'COLS'),
                         help='grid of a non-square position embedding (cannot be inferred)')
     parser.add_argument('--pos-embed-mode', choices=RESIZE_MODES,
-                        help='resize mode used now and recorded for later loads (default: official for '
-                             '.npz sources, else the loading model\'s pos_embed_load_mode)')
+                        help='resize mode used now and recorded for later loads (default: the mode the '
+                             'source records, official for .npz sources; else official, the paper\'s resize)')
     parser.add_argument('--allow-unknown', action='store_true', help='drop source keys that are not understood')
     parser.add_argument('--allow-missing', action='store_true', help='accept sources that lack model weights')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar (shown for files over 64 MiB)')

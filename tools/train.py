@@ -1,12 +1,16 @@
 """Train a model from a config with MMEngine's runner (mmpretrain's command-line conventions).
 
-    python tools/train.py configs/vit_l16_in21k.py [--work-dir DIR] [--resume [CKPT]] [--amp]
+    python tools/train.py configs/vit_l16_in21k.py [--work-dir DIR] [--resume [CKPT]] [--amp [bf16|fp16]]
         [--auto-scale-lr] [--fsdp] [--no-validate] [--cfg-options key=value ...]
         [--launcher {none,pytorch,slurm,mpi,xla}]
 
 Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP).
 TPUs: ``PJRT_DEVICE=TPU python tools/train.py CONFIG --launcher xla`` (one process per device;
 ``--amp`` means bf16 there). See the README section on torch_xla.
+``--amp bf16`` trains in bf16 on any device: mmengine's AmpOptimWrapper on GPUs, bf16 autocast on
+CPU (vit_plugin.CPUAmpOptimWrapper), XLA autocast on TPUs.
+SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and exit status 75
+(vit_plugin.PreemptionHook); run the same command with ``--resume`` to continue.
 """
 import argparse
 import os
@@ -20,6 +24,8 @@ if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
 from mmengine.config import Config, DictAction  # noqa: E402
 
 LAUNCHERS = ['none', 'pytorch', 'slurm', 'mpi', 'xla']
+# Exit status of a run stopped by vit_plugin.NonFiniteGuardHook (too many NaN/inf steps in a row).
+NONFINITE_EXIT_CODE = 3
 
 
 def parse_args(argv=None):
@@ -28,15 +34,18 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='directory for logs and checkpoints '
                         '(default: ./work_dirs/<config name>)')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help='resume from this checkpoint, or without a value from the latest '
-                        'checkpoint in the work dir')
-    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (GPU)')
+                        help='resume from this checkpoint, or without a value from the newest intact '
+                        'checkpoint in the work dir (damaged ones are skipped with a warning)')
+    parser.add_argument('--amp', nargs='?', const='auto', choices=['auto', 'bf16', 'fp16'],
+                        help='mixed precision: bf16 (GPU, CPU, XLA) or fp16 with dynamic loss '
+                        'scaling (GPU); without a value fp16 on GPUs and bf16 elsewhere'),
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate linearly with the real batch size '
                         '(auto_scale_lr.base_batch_size is the reference)')
     parser.add_argument('--fsdp', action='store_true',
-                        help='shard parameters, gradients and optimizer state with FSDP (one wrap '
-                        'unit per Transformer block) instead of replicating them with DDP')
+                        help='shard parameters, gradients and optimizer state with FSDP2 (fully_shard '
+                        'per Transformer block) instead of replicating them with DDP; sharded '
+                        'checkpoints (tools/consolidate_checkpoint.py makes one file of them)')
     parser.add_argument('--no-validate', action='store_true', help='skip validation during training')
     parser.add_argument('--no-pin-memory', action='store_true', help='do not pin data-loader memory')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
@@ -84,15 +93,17 @@ def setup_launcher(cfg, args) -> int:
 
 
 def use_fsdp(cfg) -> None:
-    """Train with MMEngine's FlexibleRunner and FSDPStrategy, one FSDP unit per Transformer block."""
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SystemExit('--fsdp needs GPUs: torch\'s FullyShardedDataParallel refuses CPU-only hosts. '
-                         'Use plain DDP here (drop --fsdp).')
-    wrapper = dict(auto_wrap_policy=dict(type='vit_plugin.vit_block_wrap_policy'), use_orig_params=True)
+    """Train with MMEngine's FlexibleRunner and vit_plugin's FSDP2Strategy (``fully_shard`` per
+    Transformer block and on the root; CPU/Gloo and GPUs); ``cfg.fsdp_cfg`` (a dict) passes options
+    such as ``mixed_precision='bf16'`` to the strategy."""
+    ema = [h.get('type') for h in cfg.get('custom_hooks') or [] if 'EMAHook' in str(h.get('type'))]
+    if ema:
+        # Its averaged copy would be saved as DTensors outside the sharded checkpoint and swapped
+        # into a state dict that sharded saving does not build: refuse rather than lose it.
+        raise SystemExit(f'--fsdp does not support {ema[0]} (custom_hooks) yet: drop the hook '
+                         f'(--cfg-options custom_hooks=[]) or train without --fsdp.')
     cfg.runner_type = 'FlexibleRunner'
-    cfg.strategy = dict(type='FSDPStrategy', model_wrapper=wrapper)
+    cfg.strategy = dict(type='vit_plugin.FSDP2Strategy', **(cfg.get('fsdp_cfg') or {}))
 
 
 def merge_args(cfg, args):
@@ -103,22 +114,21 @@ def merge_args(cfg, args):
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
-    if args.amp and args.launcher == 'xla':
-        # XLA computes in bf16 without loss scaling; vit_plugin.xla maps this to bf16 autocast.
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.dtype = 'bfloat16'
-    elif args.amp:
+    if args.amp:
         import torch
-        if not torch.cuda.is_available():
-            raise SystemExit('--amp uses mmengine\'s AmpOptimWrapper, which needs a GPU; on CPU train '
-                             'in float32 (drop --amp).')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+
+        from vit_plugin.engine.optimizers import use_mixed_precision
+        # mmengine's AmpOptimWrapper refuses to build without an accelerator: pick by device.
+        device = 'xla' if args.launcher == 'xla' else 'cuda' if torch.cuda.is_available() else 'cpu'
+        precision = args.amp if args.amp != 'auto' else 'fp16' if device == 'cuda' else 'bf16'
+        try:
+            use_mixed_precision(cfg.optim_wrapper, precision, device)
+        except ValueError as err:
+            raise SystemExit(f'--amp {args.amp}: {err}') from None
     if args.auto_scale_lr:
         cfg.setdefault('auto_scale_lr', {})['enable'] = True
     if args.resume == 'auto':
-        cfg.resume = True
-        cfg.load_from = None
+        resume_latest(cfg)
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
@@ -130,7 +140,24 @@ def merge_args(cfg, args):
                 cfg[name]['pin_memory'] = False
     if args.fsdp:
         use_fsdp(cfg)
+    from vit_plugin.engine.preemption import use_preemption_safe_hooks
+    use_preemption_safe_hooks(cfg)
     return cfg
+
+
+def resume_latest(cfg) -> None:
+    """``--resume`` without a path: the newest intact checkpoint of the work dir (a truncated or corrupt
+    one is skipped with a warning); a work dir without checkpoints starts from the beginning."""
+    from vit_plugin.engine.checkpointing import find_resumable_checkpoint
+
+    try:
+        found = find_resumable_checkpoint(cfg.work_dir, warn=print if _is_main() else None)
+    except FileNotFoundError as err:
+        raise SystemExit(f'ERROR: {err}') from None
+    if found is None and _is_main():
+        print(f'--resume: no checkpoint in {cfg.work_dir}; training starts from the beginning.')
+    cfg.resume = found is not None
+    cfg.load_from = found
 
 
 def build_runner(cfg):
@@ -146,6 +173,7 @@ def main(argv=None):
     args = parse_args(argv)
     from vit_plugin.datasets.checked import DataRootNotFoundError
     from vit_plugin.engine.global_batch import apply_global_batch_size
+    from vit_plugin.engine.hooks import NonFiniteTrainingError
 
     cfg = Config.fromfile(args.config)
     merge_args(cfg, args)
@@ -168,6 +196,10 @@ def main(argv=None):
         # trace from inside the data loader would only hide it.
         print(f'\nERROR: {err}', file=sys.stderr)
         raise SystemExit(2) from None
+    except NonFiniteTrainingError as err:
+        # Expected outcome of a diverging run, not a bug: the message says what to do next.
+        print(f'\nERROR: {err}', file=sys.stderr)
+        raise SystemExit(NONFINITE_EXIT_CODE) from None
 
 
 def _is_main() -> bool:

@@ -13,14 +13,21 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=100),
     param_scheduler=dict(type='ParamSchedulerHook'),
     # Most of our schedules count optimizer steps (IterBasedTrainLoop); configs change the interval.
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=10000, max_keep_ckpts=3),
+    # Atomic files (never half-written) and a last_checkpoint relative to the work dir.
+    checkpoint=dict(type='vit_plugin.AtomicCheckpointHook', by_epoch=False, interval=10000, max_keep_ckpts=3),
+    # SIGTERM / SIGUSR1: finish the iteration, save its checkpoint, exit with status 75 (then --resume).
+    preemption=dict(type='vit_plugin.PreemptionHook'),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='VisualizationHook', enable=False),
-    # Random streams derived from (seed, step): `--resume` repeats the uninterrupted run exactly.
+    # Random streams derived from (seed, rank, step): `--resume` repeats the uninterrupted run
+    # exactly, and each data-parallel process draws its own dropout / drop-path / MPP masks.
     rng_reseed=dict(type='vit_plugin.RNGReseedHook'),
     # Adapts position embeddings inside checkpoints read by load_from/--resume (and resets the
     # optimizer state of resized tensors), so a run can resume at another resolution.
     pos_embed_resize=dict(type='vit_plugin.PosEmbedResizeHook'),
+    # Drops updates whose loss or gradient norm is NaN/inf before they touch the weights or the
+    # optimizer state; stops the run after max_consecutive in a row (resume with --resume).
+    nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10),
 )
 
 env_cfg = dict(
@@ -37,4 +44,6 @@ log_level = 'INFO'
 load_from = None
 resume = False
 # Reproducible by default; set deterministic=True as well for bit-exact CPU re-runs (slower on GPU).
+# diff_rank_seed stays off: the processes start from the same weights and shuffle with the same
+# sampler seed, and RNGReseedHook already gives each process its own stream for every step.
 randomness = dict(seed=0, deterministic=False)

@@ -34,19 +34,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ARCHS = {  # paper Table 1, plus Ti/S (name: embed dims, layers, heads, MLP dims)
-    'ti': (192, 12, 3, 768),
-    's': (384, 12, 6, 1536),
-    'b': (768, 12, 12, 3072),
-    'l': (1024, 24, 16, 4096),
-    'h': (1280, 32, 16, 5120),
-}
+from vit_plugin.analysis.complexity import vit_flops
+from vit_plugin.models.backbones import ViT
+
 MODELS = ('ours', 'timm', 'mmpretrain')
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--arch', nargs='+', default=['s', 'b'], choices=sorted(ARCHS))
+    parser.add_argument('--arch', nargs='+', default=['s', 'b'], choices=sorted(ViT.arch_zoo),
+                        help="names of ViT.arch_zoo (the paper's Table 1 plus Ti and S). Default: s b.")
     parser.add_argument('--patch-size', type=int, default=16)
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--batch', type=int, default=8)
@@ -161,9 +158,9 @@ def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int) -> 
 
     Per block: the qkv, output, fc1 and fc2 GEMMs on (batch * tokens) rows, and per head q @ k^T and
     attention @ v as batched matmuls; plus the patch embedding as a GEMM. Its FLOPs are
-    ``batch * vit_flops(arch, img_size, patch, num_classes=0)``.
+    ``batch * forward_flops(arch, img_size, patch, num_classes=0)``.
     """
-    dims, layers, heads, mlp = ARCHS[arch]
+    dims, layers, heads, mlp = arch_dims(arch)
     patches = (img_size // patch)**2
     rows, tokens, head_dims = batch * (patches + 1), patches + 1, dims // heads
     x = torch.randn(rows, dims)
@@ -186,14 +183,16 @@ def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int) -> 
 
 
 # ---------------------------------------------------------------------------------------- models
-def vit_flops(arch: str, img_size: int, patch: int, num_classes: int) -> float:
-    """Forward FLOPs (2 x multiply-adds) of the matmuls/convs of a class-token ViT, per image."""
-    dims, layers, _, mlp = ARCHS[arch]
-    patches = (img_size // patch)**2
-    tokens = patches + 1
-    embed = 2 * patches * 3 * patch * patch * dims
-    block = 2 * tokens * dims * (3 * dims + dims + 2 * mlp) + 2 * 2 * tokens * tokens * dims
-    return embed + layers * block + 2 * dims * num_classes
+def arch_dims(arch: str) -> Tuple[int, int, int, int]:
+    """(embed dims, layers, heads, MLP dims) of an arch of :attr:`ViT.arch_zoo`."""
+    d = ViT.arch_zoo[arch]
+    return d['embed_dims'], d['num_layers'], d['num_heads'], d['mlp_dims']
+
+
+def forward_flops(arch: str, img_size: int, patch: int, num_classes: int) -> int:
+    """Forward FLOPs of a class-token ViT classifier per image: 2 x the multiply-adds of
+    :func:`vit_plugin.analysis.vit_flops` (matmuls and convolutions)."""
+    return 2 * vit_flops(arch, patch, img_size, num_classes=num_classes)
 
 
 class Classifier(nn.Module):
@@ -209,9 +208,8 @@ class Classifier(nn.Module):
 
 
 def build_model(name: str, arch: str, args) -> nn.Module:
-    dims, layers, heads, mlp = ARCHS[arch]
+    dims, layers, heads, mlp = arch_dims(arch)
     if name == 'ours':
-        from vit_plugin.models.backbones import ViT
         backbone = ViT(arch=dict(embed_dims=dims, num_layers=layers, num_heads=heads, mlp_dims=mlp),
                        img_size=args.img_size, patch_size=args.patch_size)
         backbone.init_weights()
@@ -305,7 +303,7 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                                                          args.matmul_size) for autocast in {a for _, a in configs}},
                   'GEMM ceiling': make_gemm_ceiling_step(arch, args.img_size, args.patch_size, args.batch)}
     reference_flops = {'matmul peak': 2 * args.matmul_size**3,
-                       'GEMM ceiling': args.batch * vit_flops(arch, args.img_size, args.patch_size, 0)}
+                       'GEMM ceiling': args.batch * forward_flops(arch, args.img_size, args.patch_size, 0)}
     rows = []
     for mode, autocast in configs:
         steps = {name: make_step(m, mode, x, y, autocast, args.compile, args.freeze) for name, m in models.items()}
@@ -326,7 +324,7 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                 print(f'  {arch} {name}: {note}', flush=True)
         times, peaks = time_rounds(steps, peak_step, reference_flops['matmul peak'], args.repeats, args.iters,
                                    args.peak_iters)
-        flops = vit_flops(arch, args.img_size, args.patch_size, args.num_classes) * args.batch
+        flops = forward_flops(arch, args.img_size, args.patch_size, args.num_classes) * args.batch
         if mode == 'train':
             flops *= 3  # backward costs two forwards (grads w.r.t. inputs and weights)
         all_peaks = [p for name in peaks for p in peaks[name]]

@@ -5,22 +5,17 @@ need gigabytes); :func:`measure_model` measures any built model with PyTorch's F
 FLOPs follow the convention of mmengine/fvcore/timm tables: one fused multiply-add counts as one
 FLOP (i.e. MACs); normalisations, softmax, GELU and bias additions are not counted.
 """
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from vit_plugin.models.backbones.vit import ViT
-from vit_plugin.models.fused_ops import _LINEAR_POINTWISE
 from vit_plugin.models.pos_embed import to_2tuple
 
-#: The paper's Table 1 (layers, hidden size D, MLP size, heads, parameters as printed).
-PAPER_TABLE1 = {
-    'base': dict(layers=12, hidden=768, mlp=3072, heads=12, params='86M'),
-    'large': dict(layers=24, hidden=1024, mlp=4096, heads=16, params='307M'),
-    'huge': dict(layers=32, hidden=1280, mlp=5120, heads=16, params='632M'),
-}
+#: The parameter counts printed in the paper's Table 1. Its layer/width/MLP/head columns are
+#: :attr:`ViT.arch_zoo` (the one table of the architectures).
+PAPER_TABLE1 = {'base': '86M', 'large': '307M', 'huge': '632M'}
 
 #: (arch, patch size) pairs the paper trains, for the default summary.
 PAPER_MODELS = (('base', 32), ('base', 16), ('large', 32), ('large', 16), ('huge', 14))
@@ -65,16 +60,6 @@ def vit_flops(arch='base', patch_size=16, img_size=224, in_channels: int = 3, nu
     return num_patches * in_channels * ph * pw * D + L * block + D * num_classes
 
 
-def _addmm_flops(self_shape, a_shape, b_shape, out_shape=None, **kwargs) -> int:
-    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
-
-
-def _linear_pointwise_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
-    """oneDNN's fused linear (+ GELU) of fused_ops.linear_gelu: x (..., in) @ w (out, in)^T."""
-    rows = math.prod(x_shape[:-1])
-    return 2 * rows * x_shape[-1] * w_shape[0]
-
-
 def measure_model(model: nn.Module, input_shape: Tuple[int, int, int, int]) -> Tuple[int, int]:
     """(parameters, multiply-adds) of ``model`` on a zero input of ``input_shape``, measured by torch."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -82,13 +67,7 @@ def measure_model(model: nn.Module, input_shape: Tuple[int, int, int, int]) -> T
 
     params = sum(p.numel() for p in model.parameters())
     device = next(model.parameters()).device
-    aten = torch.ops.aten
-    # torch counts out-of-place addmm only; our blocks accumulate residual projections in place, and in
-    # CPU inference run fc1 + GELU as one oneDNN kernel (fused_ops), which torch has no formula for.
-    mapping = {aten.addmm_: _addmm_flops}
-    if _LINEAR_POINTWISE is not None:
-        mapping[_LINEAR_POINTWISE] = _linear_pointwise_flops
-    counter = FlopCounterMode(display=False, custom_mapping=mapping)
+    counter = FlopCounterMode(display=False)
     # The fused CPU attention kernel has no FLOP formula in torch's counter (it would count 0);
     # the math backend decomposes into matmuls, which are counted.
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), counter:
@@ -102,14 +81,13 @@ def summary_rows(models: Sequence[Tuple[str, int]] = PAPER_MODELS, resolutions: 
     rows = []
     for arch, patch in models:
         d = _dims(arch)
-        paper = PAPER_TABLE1.get(arch, {})
         for res in resolutions:
             rows.append(dict(model=f'ViT-{arch[0].upper()}/{patch}', resolution=res, layers=d['num_layers'],
                              hidden=d['embed_dims'], mlp=d['mlp_dims'], heads=d['num_heads'],
                              tokens=(res // patch)**2 + 1,
                              params=vit_param_count(arch, patch, res, num_classes=num_classes),
                              gflops=vit_flops(arch, patch, res, num_classes=num_classes) / 1e9,
-                             paper_params=paper.get('params', '-')))
+                             paper_params=PAPER_TABLE1.get(arch, '-')))
     return rows
 
 

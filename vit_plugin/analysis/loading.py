@@ -110,7 +110,12 @@ def load_model(config: str, checkpoint: Optional[str], device: str = 'cpu',
     architecture-only questions such as parameter counts).
     """
     cfg = load_config(config, cfg_options)
-    model = MODELS.build(cfg.model)
+    model_cfg = cfg.model.copy()
+    if cfg.get('data_preprocessor') is not None:
+        # What mmengine's Runner does with a config's top-level preprocessor: without it the model
+        # would see raw 0-255 pixels instead of the [-1, 1] it was trained on.
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    model = MODELS.build(model_cfg)
     vit, prefix = find_vit(model)
     if checkpoint is not None:
         if not osp.isfile(checkpoint):

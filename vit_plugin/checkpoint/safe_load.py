@@ -1,23 +1,39 @@
 """Loading checkpoints without executing code from them, on torch >= 2.6.
 
-Every checkpoint that mmengine reads from a local path or a URL -- ``init_cfg=dict(type='Pretrained')``,
-``load_from``, ``--resume`` -- goes through :func:`safe_torch_load` once ``vit_plugin`` is imported:
-``torch.load(weights_only=True)`` plus a short allowlist of the harmless data types mmengine itself
-writes into runner checkpoints (its ``HistoryBuffer`` log statistics and numpy arrays/scalars). That is
-what makes ``--resume`` work on torch 2.9 without the global ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
-switch, while a file that pickles code is refused before anything in it runs.
+**Global effect.** Importing ``vit_plugin`` (as ``custom_imports=dict(imports=['vit_plugin'])`` in a
+config does) calls :func:`install`, which replaces mmengine's checkpoint loaders for local paths and
+for ``http://`` / ``https://`` URLs *for the whole process*: every checkpoint mmengine reads through
+them afterwards -- ``init_cfg=dict(type='Pretrained')``, ``load_from``, ``--resume``, of any model, ours
+or not -- goes through :func:`load_local_checkpoint` / :func:`load_url_checkpoint`. mmengine's other
+schemes (``open-mmlab://``, ``torchvision://``, ``s3://`` ...) are left as they are. README section
+"Checkpoints are loaded safely" is the user-facing description of this.
 
-A user who trusts a specific file that needs full unpickling opts in for that file only by listing
-its path in the environment variable ``VIT_PLUGIN_TRUSTED_CHECKPOINTS`` (``os.pathsep``-separated).
+What the replacement does:
+
+* PyTorch files load with ``torch.load(weights_only=True)`` plus a short allowlist of the harmless
+  data types mmengine itself writes into runner checkpoints (its ``HistoryBuffer`` log statistics and
+  numpy arrays/scalars). That is what makes ``--resume`` work on torch 2.9 without the global
+  ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` switch, while a file that pickles code is refused before
+  anything in it runs. A user who trusts a specific file that needs full unpickling opts in for that
+  file only by listing its path in ``VIT_PLUGIN_TRUSTED_CHECKPOINTS`` (``os.pathsep``-separated).
+* Files of a registered format (``.npz``: official JAX checkpoints) are read by their converter.
+* A URL is downloaded once into ``<torch hub dir>/checkpoints/vit_plugin/<hash of the URL>/<file
+  name>``: the cache is keyed by the whole URL, so two URLs ending in the same file name never share
+  an entry. A file name of the form ``name-<hex>.ext`` promises that the file's SHA-256 starts with
+  ``<hex>`` (torch.hub's ``check_hash`` convention, which OpenMMLab's model zoos follow); the download
+  is verified against it and refused, leaving nothing in the cache, when it differs.
 """
+import hashlib
 import os
 import os.path as osp
 import pickle
 import zipfile
 from typing import Any, Callable, Dict, Optional
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
+from mmengine.dist import get_dist_info
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
@@ -123,20 +139,62 @@ def load_local_checkpoint(filename: str, map_location: Optional[Any] = None) -> 
     return safe_torch_load(filename, map_location)
 
 
+def url_cache_path(url: str, model_dir: Optional[str] = None) -> str:
+    """Where :func:`load_url_checkpoint` caches ``url``: a directory per URL, the file's own name in it.
+
+    The directory is named by a hash of the URL without its fragment (which never reaches the
+    server); the query is part of the key, because it may select the file. The file keeps its name so
+    that its hash prefix (``name-<hex>.ext``) can be checked, and so the user can recognise it.
+    """
+    model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints', 'vit_plugin')
+    address = url.split('#')[0]
+    name = osp.basename(urlparse(address).path) or 'checkpoint'
+    return osp.join(model_dir, hashlib.sha256(address.encode()).hexdigest()[:16], name)
+
+
+def _download(url: str, cached: str, progress: bool) -> None:
+    match = torch.hub.HASH_REGEX.search(osp.basename(cached))
+    hash_prefix = match.group(1) if match else None
+    directory = osp.dirname(cached)
+    os.makedirs(directory, exist_ok=True)
+    print_log(f'Downloading {url} to {cached}' + (f' (SHA-256 must start with {hash_prefix})' if hash_prefix
+                                                  else ''), logger='current')
+    try:  # writes a temporary file next to ``cached`` and renames it into place only when complete and valid
+        torch.hub.download_url_to_file(url, cached, hash_prefix=hash_prefix, progress=progress)
+    except BaseException as err:
+        if osp.isdir(directory) and not os.listdir(directory):
+            os.rmdir(directory)
+        if isinstance(err, RuntimeError) and 'invalid hash value' in str(err):
+            raise CheckpointError(
+                f'Refused the download of {url}: its file name promises a SHA-256 starting with '
+                f'{hash_prefix!r} (the torch.hub convention name-<sha256 prefix>.ext), but the data does not '
+                f'match ({err}). It is corrupt or not the file the URL names; nothing was cached. Download it '
+                f'again later, or, if the name only looks like it carries a hash, download the file yourself '
+                f'and give its local path.') from None
+        raise
+
+
 def load_url_checkpoint(url: str, map_location: Optional[Any] = None, model_dir: Optional[str] = None) -> Any:
-    """mmengine checkpoint-loader scheme for http(s) URLs: download once into the torch hub cache, then
-    load like a local file."""
-    model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
-    os.makedirs(model_dir, exist_ok=True)
-    cached = osp.join(model_dir, osp.basename(url.split('?')[0]))
-    if not osp.isfile(cached):
-        partial = cached + '.partial'
-        torch.hub.download_url_to_file(url, partial, progress=True)
-        os.replace(partial, cached)
+    """mmengine checkpoint-loader scheme for http(s) URLs: download once into the cache of
+    :func:`url_cache_path` (hash prefix in the file name checked), then load like a local file.
+
+    In a distributed run, local rank 0 downloads while the other processes wait, as mmengine's own
+    loader does, so a file is fetched once per machine.
+    """
+    cached = url_cache_path(url, model_dir)
+    rank, world_size = get_dist_info()
+    local_rank = int(os.environ.get('LOCAL_RANK', rank))
+    if local_rank == 0 and not osp.isfile(cached):
+        _download(url, cached, progress=rank == 0)
+    if world_size > 1:
+        torch.distributed.barrier()
+        if local_rank != 0 and not osp.isfile(cached):  # e.g. a node-local cache that rank 0 cannot see
+            _download(url, cached, progress=False)
     return load_local_checkpoint(cached, map_location)
 
 
 def install() -> None:
-    """Make mmengine load local and http(s) checkpoints through the safe loaders (idempotent)."""
+    """Make mmengine load local and http(s) checkpoints through the safe loaders, for the whole process
+    (idempotent; called when ``vit_plugin`` is imported, see the module docstring)."""
     CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)
     CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_url_checkpoint, force=True)

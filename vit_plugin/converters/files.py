@@ -7,9 +7,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 
 from ..checkpoint import safe_torch_load
-from ..models.load_adapt import MODE_KEY, decode_resize_mode, encode_resize_mode
+from ..checkpoint.layout import MODE_KEY, encode_resize_mode, resize_mode_for
 from ..models.patch_resize import resize_patch_embed
-from ..models.pos_embed import infer_grid, resize_pos_embed, to_2tuple
+from ..models.pos_embed import CHECKPOINT_RESIZE_MODE, infer_grid, resize_pos_embed, to_2tuple
 from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
 from .jax_npz import convert_jax_vit, read_npz
 from .torch_formats import detect_torch_format, mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm
@@ -57,8 +57,7 @@ def _resize_to(state_dict, bp: str, img_size, patch_size, reduction: int, report
     new = (img_size[0] // (patch_size[0] * reduction), img_size[1] // (patch_size[1] * reduction))
     with_cls = bp + 'cls_token' in state_dict
     old = infer_grid(table.shape[1] - int(with_cls), None if grid_t is None else grid_t.tolist(), key)
-    if mode is None:
-        mode = decode_resize_mode(state_dict[bp + MODE_KEY]) if bp + MODE_KEY in state_dict else 'bicubic'
+    mode, _ = resize_mode_for(state_dict, bp, CHECKPOINT_RESIZE_MODE, override=mode)
     if old != new:
         state_dict[key] = resize_pos_embed(table, new, old, int(with_cls), mode=mode, compute_dtype=torch.float64)
         report.resized.append(f'{key}: {old[0]}x{old[1]} -> {new[0]}x{new[1]} patch grid (mode={mode})')

@@ -16,8 +16,9 @@ Understood layouts (all detected from the arrays, never from the file name):
 Depth, width, heads, MLP width, patch size, token/gap, classes and ResNet stages are read from array
 shapes. The result uses our whole-classifier layout (``backbone.*`` = :class:`~vit_plugin.models.ViT`
 or ``HybridViT``, ``head.layers.{pre_logits,head}.*`` = mmpretrain's ``VisionTransformerClsHead``) and
-records ``pos_embed_grid`` and ``pos_embed_resize_mode='official'``, so loading at another resolution
-reproduces the official loader (``scipy.ndimage.zoom(order=1)``).
+records ``pos_embed_grid``, ``pos_embed_resize_mode='official'`` (so loading at another resolution
+reproduces the official loader, ``scipy.ndimage.zoom(order=1)``) and ``gelu_approximate='tanh'`` (so
+the model that loads the weights runs Flax's GELU, the one they were trained with).
 """
 import zipfile
 import zlib
@@ -26,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..models.load_adapt import MODE_KEY, encode_resize_mode
+from ..checkpoint.layout import GELU_KEY, MODE_KEY, encode_gelu, encode_resize_mode
 from ..models.pos_embed import infer_grid
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport, progress
 
@@ -336,6 +337,7 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
             report.loaded.append(dst)
     state_dict[bp + 'pos_embed_grid'] = torch.tensor(info['grid'], dtype=torch.long)
     state_dict[bp + MODE_KEY] = encode_resize_mode('official')
+    state_dict[bp + GELU_KEY] = encode_gelu('tanh')  # the official model's jax.nn.gelu defaults to tanh
     report.missing = list(r.missing)
     report.unknown = sorted(set(r.keys) - r.used)
     return state_dict, report, info
@@ -346,8 +348,9 @@ def load_official_npz(filename: str, map_location: Any = None) -> Dict[str, Any]
 
     Returns a checkpoint dict in the whole-classifier layout (``backbone.*``, ``head.layers.*``), so
     ``load_from='ViT-B_16.npz'`` loads a classifier directly and a backbone takes
-    ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B_16.npz', prefix='backbone.')``. Unknown or
-    missing arrays are an error (convert with tools/convert_checkpoint.py to override).
+    ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B_16.npz', prefix='backbone.')`` (or the same
+    without ``prefix``: a bare backbone takes the ``backbone.`` part itself). Unknown or missing arrays
+    are an error (convert with tools/convert_checkpoint.py to override).
     """
     arrays = read_npz(filename)
     try:

@@ -12,54 +12,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..models.load_adapt import MODE_KEY
+from ..checkpoint.layout import OURS_KEY_RE, RECORD_KEYS, mmpretrain_to_ours_key, ours_to_mmpretrain_key
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionReport, strip_prefix
 
-#: Our backbone keys (relative to the backbone).
-_OURS = [r'patch_embed\.proj\.(weight|bias)', r'cls_token', r'pos_embed', r'norm\.(weight|bias)',
-         r'blocks\.(\d+)\.(norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)\.(weight|bias)']
-_OURS_RE = re.compile('^(' + '|'.join(_OURS) + ')$')
-_OURS_EXTRA = ('pos_embed_grid', MODE_KEY)
-
-#: mmpretrain name -> our name (backbone-relative), as anchored regex pairs; both directions use it.
-_MMPRETRAIN = [
-    (r'patch_embed\.projection\.', 'patch_embed.proj.'),
-    (r'layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
-    (r'layers\.(\d+)\.attn\.qkv\.', r'blocks.\1.attn.qkv.'),
-    (r'layers\.(\d+)\.attn\.proj\.', r'blocks.\1.attn.proj.'),
-    (r'layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
-    (r'layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-    (r'layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-    (r'ln1\.', 'norm.'),
-    (r'cls_token$', 'cls_token'),
-    (r'pos_embed$', 'pos_embed'),
-]
-_OURS_TO_MMPRETRAIN = [
-    (r'patch_embed\.proj\.', 'patch_embed.projection.'),
-    (r'blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
-    (r'blocks\.(\d+)\.attn\.qkv\.', r'layers.\1.attn.qkv.'),
-    (r'blocks\.(\d+)\.attn\.proj\.', r'layers.\1.attn.proj.'),
-    (r'blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
-    (r'blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-    (r'norm\.', 'ln1.'),
-    (r'cls_token$', 'cls_token'),
-    (r'pos_embed$', 'pos_embed'),
-]
-
-
-def _rename(key: str, table: Sequence[Tuple[str, str]]) -> Optional[str]:
-    for pattern, repl in table:
-        new, n = re.subn('^' + pattern, repl, key, count=1)
-        if n:
-            return new
-    return None
-
-
-def rename_mmpretrain_key(key: str) -> Optional[str]:
-    """Our name for a backbone-relative mmpretrain ``VisionTransformer`` key (None if it has none)."""
-    new = _rename(key, _MMPRETRAIN)
-    return new if new is not None and _OURS_RE.match(new) else None
+#: Backbone keys of ours that are not weights: the grid buffer and the records (see checkpoint.layout).
+_OURS_EXTRA = ('pos_embed_grid', *RECORD_KEYS)
 
 
 def _split(state_dict: Dict[str, torch.Tensor], backbone_prefix: str) -> Tuple[Dict, Dict]:
@@ -100,7 +57,7 @@ def timm_to_vit(state_dict: Dict[str, torch.Tensor],
     report = ConversionReport(source=source)
     out = {}
     for key, value in strip_prefix(state_dict, ('module.', )).items():
-        if _OURS_RE.match(key):
+        if OURS_KEY_RE.match(key):
             out[backbone_prefix + key] = value
             report.loaded.append(backbone_prefix + key)
         elif key in ('head.weight', 'head.bias'):
@@ -121,7 +78,7 @@ def vit_to_timm(state_dict: Dict[str, torch.Tensor],
                 source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """Our state dict (whole classifier or bare backbone) -> timm ``VisionTransformer`` keys.
 
-    ``pos_embed_grid`` and the recorded resize mode have no timm counterpart and are dropped
+    ``pos_embed_grid`` and the records (resize mode, GELU) have no timm counterpart and are dropped
     (reported); a ``pre_logits`` layer has none either and is reported as unknown, because dropping
     it would change the model's outputs.
     """
@@ -129,7 +86,7 @@ def vit_to_timm(state_dict: Dict[str, torch.Tensor],
     inner, rest = _split(state_dict, backbone_prefix)
     out = {}
     for key, value in inner.items():
-        if _OURS_RE.match(key):
+        if OURS_KEY_RE.match(key):
             out[key] = value
             report.loaded.append(key)
         elif key in _OURS_EXTRA:
@@ -160,7 +117,7 @@ def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
     inner, rest = _split(state_dict, 'backbone.')
     out = {}
     for key, value in inner.items():
-        new = rename_mmpretrain_key(key)
+        new = mmpretrain_to_ours_key(key)
         if new is not None:
             out[backbone_prefix + new] = value
             report.loaded.append(backbone_prefix + new)
@@ -187,13 +144,13 @@ def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
     or a 'backbone.' prefix; ``head.layers.*`` unchanged)."""
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, backbone_prefix)
-    outer = 'backbone.' if rest or any(k.startswith(backbone_prefix) for k in state_dict) else ''
+    outer = 'backbone.' if rest or (backbone_prefix and any(k.startswith(backbone_prefix) for k in state_dict)) else ''
     out = {}
     for key, value in inner.items():
         if key in _OURS_EXTRA:
             report.dropped.append(backbone_prefix + key)
             continue
-        new = _rename(key, _OURS_TO_MMPRETRAIN) if _OURS_RE.match(key) else None
+        new = ours_to_mmpretrain_key(key)
         if new is None:
             report.unknown.append(key)
             continue

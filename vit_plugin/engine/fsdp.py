@@ -1,4 +1,5 @@
-"""FSDP wrapping for ViT models (used by ``tools/train.py --fsdp``)."""
+"""FSDP wrapping for ViT models: which modules ``vit_plugin.FSDP2Strategy`` (``tools/train.py --fsdp``)
+shards as their own unit."""
 from typing import Optional, Sequence
 
 import torch.nn as nn

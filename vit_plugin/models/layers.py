@@ -8,9 +8,9 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn.bricks import DropPath
 from torch.utils.checkpoint import checkpoint
 
-from .fused_ops import linear_gelu, linear_residual
 from .rel_pos import decomposed_rel_pos_bias, pad_prefix_bias
 
 
@@ -22,28 +22,6 @@ def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
     """
     std = (1. / tensor[0].numel())**0.5 / .87962566103423978  # std of a unit normal truncated at +-2
     return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: drop the whole residual branch per sample while training.
-
-    Args:
-        drop_prob (float): Probability of dropping the branch. Defaults to 0.
-    """
-
-    def __init__(self, drop_prob: float = 0.):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.drop_prob == 0. or not self.training:
-            return x
-        keep = 1 - self.drop_prob
-        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask.div_(keep)
-
-    def extra_repr(self) -> str:
-        return f'drop_prob={self.drop_prob}'
 
 
 class PatchEmbed(nn.Module):
@@ -69,11 +47,50 @@ class PatchEmbed(nn.Module):
         return x.flatten(2).transpose(1, 2), grid
 
 
-class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection.
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           dropout_p: float = 0., return_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``softmax(q k^T / sqrt(d) + bias) v``: the one attention computation of the encoder.
 
-    Uses ``F.scaled_dot_product_attention`` (fused kernels where available); when attention weights are
-    requested (analysis tools) it computes the same softmax explicitly.
+    Args:
+        q (Tensor): Queries (..., N, d).
+        k (Tensor): Keys (..., M, d).
+        v (Tensor): Values (..., M, d).
+        bias (Tensor, optional): Broadcastable to (..., N, M): an additive float bias (``-inf``
+            excludes a pair) or a boolean mask, True where attention is allowed. Defaults to None.
+        dropout_p (float): Dropout on the attention weights; pass 0 outside training. Defaults to 0.
+        return_weights (bool): Compute the softmax explicitly and return the weights too (analysis
+            tools). Otherwise ``F.scaled_dot_product_attention`` runs, which picks a fused kernel
+            and never forms the (N, M) weights. Defaults to False.
+
+    Returns:
+        tuple: The output (..., N, d) and the weights (..., N, M), or None without ``return_weights``.
+    """
+    if not return_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
+    logits = (q * q.shape[-1]**-0.5) @ k.transpose(-2, -1)
+    if bias is not None:
+        logits = logits.masked_fill(~bias, float('-inf')) if bias.dtype == torch.bool else logits + bias
+    weights = logits.softmax(dim=-1)
+    return F.dropout(weights, dropout_p) @ v, weights
+
+
+def split_heads(qkv: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, N, 3, heads, d) -> q, k, v of (B, heads, N, d): strided views, no copies; SDPA takes them."""
+    return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, heads, N, d) -> (B, N, heads * d). The CPU and CUDA SDPA kernels lay their output out as
+    (B, N, heads, d), so for them this is a free view."""
+    B, heads, N, d = x.shape
+    return x.transpose(1, 2).reshape(B, N, heads * d)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused qkv projection, global or within windows.
+
+    Every form goes through :func:`attend`: ``F.scaled_dot_product_attention`` (fused kernels where
+    available), or the same softmax computed explicitly when attention weights are requested.
 
     Args:
         embed_dims (int): Token width D.
@@ -93,7 +110,6 @@ class Attention(nn.Module):
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
-        self.scale = self.head_dims**-0.5
         self.attn_drop = attn_drop
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
@@ -102,6 +118,16 @@ class Attention(nn.Module):
         if self.use_rel_pos:
             self.rel_pos_h = nn.Parameter(torch.zeros(2 * rel_pos_size[0] - 1, self.head_dims))
             self.rel_pos_w = nn.Parameter(torch.zeros(2 * rel_pos_size[1] - 1, self.head_dims))
+
+    @property
+    def dropout_p(self) -> float:
+        """Dropout probability on the attention weights now (0 in eval mode)."""
+        return self.attn_drop if self.training else 0.
+
+    def qkv_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (B, N, C) -> their queries, keys and values, (B, N, 3, heads, head_dims)."""
+        B, N, _ = x.shape
+        return self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims)
 
     def rel_pos_bias(self, q: torch.Tensor, grid: Optional[Tuple[int, int]], span: int = 0) -> Optional[torch.Tensor]:
         """The relative position bias of queries ``q`` (..., N, d) over the same N tokens, or None.
@@ -118,30 +144,33 @@ class Attention(nn.Module):
         bias = decomposed_rel_pos_bias(q[..., prefix:, :], self.rel_pos_h, self.rel_pos_w, grid, (span, span))
         return pad_prefix_bias(bias, prefix, prefix)
 
-    def mix(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-        """Attention before the output projection: (B, N, C) -> heads concatenated, (B, N, C)."""
-        B, N, C = x.shape
-        # (B, N, 3, h, d) viewed as q, k, v of (B, h, N, d): strided views, no copies; SDPA takes them.
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=self.rel_pos_bias(q, grid),
-                                           dropout_p=self.attn_drop if self.training else 0.)
-        # The CPU and CUDA kernels lay the output out as (B, N, h, d), so this reshape is a free view.
-        return x.transpose(1, 2).reshape(B, N, C)
-
-    def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
+    def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None,
+                window_size: int = 0, num_prefix_tokens: int = 1):
         """(B, N, C) -> (B, N, C); with ``return_attention`` also the (B, heads, N, N) weights.
 
-        ``grid`` (rows, cols) of the patch tokens is needed with relative position bias.
+        Args:
+            x (Tensor): Tokens (B, N, C), prefix (class) tokens first.
+            return_attention (bool): Also return the attention weights. Defaults to False.
+            grid (tuple[int, int], optional): (rows, cols) of the patch tokens; needed with relative
+                position bias and with windows. Defaults to None.
+            window_size (int): If > 0, patch queries attend only within non-overlapping windows of
+                this many patches per side (:func:`windowed_attention`); the weights are then the
+                dense (N, N) map, zero outside each window. Defaults to 0: global attention.
+            num_prefix_tokens (int): Tokens before the patches (windowed attention only). Defaults to 1.
         """
-        if not return_attention:
-            return self.proj_drop(self.proj(self.mix(x, grid)))
-        B, N, C = x.shape
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        logits = (q * self.scale) @ k.transpose(-2, -1)
-        bias = self.rel_pos_bias(q, grid)
-        attn = (logits if bias is None else logits + bias).softmax(dim=-1)
-        x = F.dropout(attn, self.attn_drop, self.training) @ v
-        return self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C))), attn
+        if window_size and grid is None:
+            raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
+        if window_size and not return_attention:
+            return windowed_attention(self, x, grid, window_size, num_prefix_tokens)
+        q, k, v = split_heads(self.qkv_tokens(x))
+        # In a windowed block the tables cover the offsets within a window; other pairs are masked.
+        bias = self.rel_pos_bias(q, grid, span=window_size)
+        if window_size:  # the windowed attention as one dense masked attention (analysis maps)
+            allowed = window_attention_mask(grid, window_size, num_prefix_tokens, x.device)
+            bias = allowed if bias is None else bias.masked_fill(~allowed, float('-inf'))
+        out, weights = attend(q, k, v, bias, self.dropout_p, return_weights=return_attention)
+        out = self.proj_drop(self.proj(merge_heads(out)))
+        return (out, weights) if return_attention else out
 
 
 def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_tokens: int = 1,
@@ -199,8 +228,8 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
         raise ValueError(f'windowed attention got {N} tokens for a {rows}x{cols} grid with '
                          f'{num_prefix_tokens} prefix tokens')
     heads, dims, ws = attn.num_heads, attn.head_dims, window_size
-    drop = attn.attn_drop if attn.training else 0.
-    qkv = attn.qkv(x).reshape(B, N, 3, heads, dims)
+    drop = attn.dropout_p
+    qkv = attn.qkv_tokens(x)
     prefix, patches = qkv[:, :num_prefix_tokens], qkv[:, num_prefix_tokens:]
 
     pad_r, pad_c = (-rows) % ws, (-cols) % ws
@@ -212,7 +241,7 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
     win = patches.reshape(B, nr, ws, nc, ws, 3, heads, dims).permute(5, 0, 1, 3, 6, 2, 4, 7)
     q, k, v = win.reshape(3, B * nr * nc, heads, ws * ws, dims).unbind(0)
     if num_prefix_tokens:
-        pk, pv = prefix[:, :, 1:].permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, P, d) each
+        pq, pk, pv = split_heads(prefix)  # (B, h, P, d) each
         k = torch.cat([pk.repeat_interleave(nr * nc, dim=0), k], dim=2)
         v = torch.cat([pv.repeat_interleave(nr * nc, dim=0), v], dim=2)
     mask = None
@@ -226,15 +255,14 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
         bias = decomposed_rel_pos_bias(q, attn.rel_pos_h, attn.rel_pos_w, (ws, ws))
         bias = pad_prefix_bias(bias, 0, num_prefix_tokens)
         mask = bias if mask is None else bias.masked_fill(~mask, float('-inf'))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+    out, _ = attend(q, k, v, mask, drop)
     # (B * windows, h, ws * ws, d) -> (B, rows, cols, C)
     out = out.reshape(B, nr, nc, heads, ws, ws, dims).permute(0, 1, 4, 2, 5, 3, 6)
     out = out.reshape(B, nr * ws, nc * ws, C)[:, :rows, :cols].reshape(B, rows * cols, C)
-    if num_prefix_tokens:
-        pq = prefix[:, :, 0].transpose(1, 2)  # (B, h, P, d): prefix queries attend globally
-        k_all, v_all = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
-        prefix_out = F.scaled_dot_product_attention(pq, k_all, v_all, dropout_p=drop)
-        out = torch.cat([prefix_out.transpose(1, 2).reshape(B, num_prefix_tokens, C), out], dim=1)
+    if num_prefix_tokens:  # prefix queries attend globally
+        _, k_all, v_all = split_heads(qkv)
+        prefix_out, _ = attend(pq, k_all, v_all, dropout_p=drop)
+        out = torch.cat([merge_heads(prefix_out), out], dim=1)
     return attn.proj_drop(attn.proj(out))
 
 
@@ -257,12 +285,8 @@ class Mlp(nn.Module):
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop2 = nn.Dropout(drop)
 
-    def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """``drop1(GELU(fc1(x)))``, with GELU fused into the GEMM where possible (see fused_ops)."""
-        return self.drop1(linear_gelu(x, self.fc1, self.act.approximate))
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.hidden(x)))
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
 
 class EncoderBlock(nn.Module):
@@ -307,63 +331,23 @@ class EncoderBlock(nn.Module):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.with_cp = False
 
-    def _attend(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]) -> torch.Tensor:
-        if not self.window_size:
-            return self.attn(x, grid=grid)
-        if grid is None:
-            raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
-        return windowed_attention(self.attn, x, grid, self.window_size, self.num_prefix_tokens)
-
-    def _stochastic(self) -> bool:
-        """Whether any dropout or drop-path would act now (the fused path below has none)."""
-        if not self.training:
-            return False
-        drops = (self.attn.proj_drop.p, self.mlp.drop1.p, self.mlp.drop2.p,
-                 getattr(self.drop_path, 'drop_prob', 0.))
-        return any(p > 0 for p in drops)
-
-    def _forward(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-        if self.window_size or self._stochastic():
-            x = x + self.drop_path(self._attend(self.norm1(x), grid))
-            return x + self.drop_path(self.mlp(self.norm2(x)))
-        # Same function, fewer buffers: both projections accumulate onto their residual (see
-        # linear_residual); the second one in place, since the first one's output is ours alone.
-        x = linear_residual(x, self.attn.mix(self.norm1(x), grid), self.attn.proj)
-        hidden = self.mlp.hidden(self.norm2(x))
-        # (In place only without autograd: norm2 may have saved x for its weight gradient.)
-        return linear_residual(x, hidden, self.mlp.fc2, inplace=not torch.is_grad_enabled())
-
-    def _attention_weights(self, x: torch.Tensor, grid: Optional[Tuple[int, int]]):
-        if not self.window_size:
-            return self.attn(x, return_attention=True, grid=grid)
-        if grid is None:
-            raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
-        # Analysis path: the windowed attention as a dense (N, N) map, zero outside each window.
-        attn = self.attn
-        B, N, C = x.shape
-        q, k, v = attn.qkv(x).reshape(B, N, 3, attn.num_heads, attn.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        allowed = window_attention_mask(grid, self.window_size, self.num_prefix_tokens, x.device)
-        logits = (q * attn.scale) @ k.transpose(-2, -1)
-        bias = attn.rel_pos_bias(q, grid, span=self.window_size)  # window offsets; others masked below
-        if bias is not None:
-            logits = logits + bias
-        weights = logits.masked_fill(~allowed, float('-inf')).softmax(-1)
-        y = F.dropout(weights, attn.attn_drop, attn.training) @ v
-        return attn.proj_drop(attn.proj(y.transpose(1, 2).reshape(B, N, C))), weights
+    def _forward(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None, return_attention: bool = False):
+        out = self.attn(self.norm1(x), return_attention, grid, self.window_size, self.num_prefix_tokens)
+        y, weights = out if return_attention else (out, None)
+        x = x + self.drop_path(y)
+        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        return (x, weights) if return_attention else x
 
     def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
         """Tokens (B, N, D) -> (B, N, D); with ``return_attention`` also the (B, heads, N, N) weights.
 
-        ``grid`` (rows, cols) of the patch tokens is required by windowed blocks, ignored otherwise.
+        ``grid`` (rows, cols) of the patch tokens is required by windowed blocks and with relative
+        position bias, ignored otherwise.
         """
-        if return_attention:
-            y, attn = self._attention_weights(self.norm1(x), grid)
-            x = x + self.drop_path(y)
-            return x + self.drop_path(self.mlp(self.norm2(x))), attn
-        if self.with_cp and self.training and x.requires_grad:
+        if self.with_cp and self.training and x.requires_grad and not return_attention:
             # Activation checkpointing: keep only the block input, recompute the rest in backward.
             return checkpoint(self._forward, x, grid, use_reentrant=False)
-        return self._forward(x, grid)
+        return self._forward(x, grid, return_attention)
 
     def extra_repr(self) -> str:
         return f'window_size={self.window_size}' if self.window_size else ''

@@ -12,7 +12,11 @@ What it does, for the keys under ``prefix``:
 
 * ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
   release) is consumed: it selects the interpolation and overrides the model's
-  ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized;
+  ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
+  (:func:`~vit_plugin.checkpoint.layout.resize_mode_for`);
+* ``gelu_approximate`` (recorded with weights trained with the tanh GELU, e.g. the official ones) is
+  consumed and sets the model's MLP GELU to it, logged as a warning when that changes the model; the
+  model records it again when saved (:func:`record_gelu`);
 * ``pos_embed`` is resized to the model's patch grid. The source grid comes from the incoming
   ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
   tables only; a non-square table without metadata is an error asking for the grid);
@@ -21,41 +25,26 @@ What it does, for the keys under ``prefix``:
 * relative position tables (``use_rel_pos``) of another length are resized linearly, absent ones
   start at zero (ViTDet's initialisation), and tables for a model without them are refused;
 * mmpretrain ``VisionTransformer`` key names are renamed to ours;
-* a checkpoint of another width, depth or input-channel count, or a whole-classifier checkpoint
-  loaded into a bare backbone, is refused with a message naming the key and the fix -- otherwise a
-  non-strict load (``init_cfg`` Pretrained) would silently leave the backbone random.
+* a whole-classifier checkpoint (``backbone.*``, ``head.*``) loaded into a bare backbone gives it
+  its ``backbone.`` part (logged), as ``prefix='backbone.'`` would; where that part is ambiguous
+  (several ViTs in the file) or absent, the load is refused;
+* a checkpoint of another width, depth or input-channel count is refused with a message naming the
+  key and the fix -- otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave the
+  backbone random.
 """
+import logging
 import math
 import re
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn as nn
 from mmengine.logging import print_log
 
+from vit_plugin.checkpoint.layout import GELU_KEY, decode_gelu, encode_gelu, mmpretrain_to_ours_key, resize_mode_for
 from .patch_resize import resize_patch_embed
-from .pos_embed import RESIZE_MODES, infer_grid, resize_pos_embed
+from .pos_embed import infer_grid, resize_pos_embed
 from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table
-
-#: State-dict key (relative to the backbone) through which a checkpoint records the position-embedding
-#: resize mode its weights expect: a 0-dim integer tensor indexing :data:`RESIZE_MODES`. A tensor (not
-#: a string) so that it survives every loader, key revision and ``weights_only`` load unchanged.
-MODE_KEY = 'pos_embed_resize_mode'
-
-
-def encode_resize_mode(mode: str) -> torch.Tensor:
-    """The tensor stored under :data:`MODE_KEY` for ``mode``."""
-    if mode not in RESIZE_MODES:
-        raise ValueError(f'unknown position-embedding resize mode {mode!r}; choose one of {RESIZE_MODES}')
-    return torch.tensor(RESIZE_MODES.index(mode), dtype=torch.long)
-
-
-def decode_resize_mode(value: torch.Tensor, key: str = MODE_KEY) -> str:
-    """Inverse of :func:`encode_resize_mode`; a clear error for anything else."""
-    index = int(value) if torch.is_tensor(value) and value.numel() == 1 else -1
-    if not 0 <= index < len(RESIZE_MODES):
-        raise ValueError(f'{key}: expected a scalar index into {RESIZE_MODES}, got {value!r}; '
-                         f'delete the key to use the model\'s pos_embed_load_mode')
-    return RESIZE_MODES[index]
 
 
 def _num_blocks(state_dict: Dict[str, torch.Tensor], prefix: str) -> Optional[int]:
@@ -64,17 +53,51 @@ def _num_blocks(state_dict: Dict[str, torch.Tensor], prefix: str) -> Optional[in
     return max(found) + 1 if found else None
 
 
-def _check_whole_classifier(model, state_dict, prefix):
+#: Where a whole model of ours or mmpretrain's keeps its backbone ('module.' when saved from a DDP
+#: wrapper without mmengine, which strips it itself).
+_BACKBONE_PARTS = ('backbone.', 'module.backbone.')
+_PATCH_KERNELS = ('patch_embed.proj.weight', 'patch_embed.projection.weight')  # ours/timm, mmpretrain
+
+
+def _take_backbone_part(model, state_dict, prefix) -> Optional[str]:
+    """A bare backbone given a whole model's weights takes their ``backbone.`` part, in place.
+
+    A plain or ``init_cfg`` load without ``prefix='backbone.'`` would otherwise match no key and, being
+    non-strict, leave the backbone random. Only one reading is accepted: exactly one position
+    embedding, under ``backbone.``; with several (e.g. a distillation or EMA copy) the user must name
+    the part, and a ViT under another name is not guessed at.
+    """
     if prefix + 'pos_embed' in state_dict:
-        return
-    for outer in ('backbone.', 'module.backbone.'):
-        if prefix + outer + 'pos_embed' in state_dict:
-            raise ValueError(
-                f'{prefix}pos_embed: the checkpoint holds a whole classifier (its keys start with '
-                f'{outer!r}), but it is being loaded into the bare {type(model).__name__} backbone, so no '
-                f'weight would load. In the backbone\'s init_cfg add prefix=\'{outer}\', i.e. '
-                f"init_cfg=dict(type='Pretrained', checkpoint=..., prefix='{outer}'), or load it into the "
-                f'whole model (load_from).')
+        return None
+    suffix = '.pos_embed'
+    parts = sorted({k[len(prefix):len(k) - len(suffix) + 1] for k in state_dict
+                    if k.startswith(prefix) and k.endswith(suffix)})
+    # a ViT has a patch embedding next to its position embedding (another module's table is not one)
+    vits = [p for p in parts if any(prefix + p + name in state_dict for name in _PATCH_KERNELS)]
+    parts = vits or parts
+    if not parts:
+        return None
+    name = type(model).__name__
+    if len(parts) > 1 or parts[0] not in _BACKBONE_PARTS:
+        found = ', '.join(repr(p) for p in parts)
+        why = ('so which one belongs to this backbone is ambiguous' if len(parts) > 1 else
+               "not under 'backbone.', so it is not taken without being named")
+        raise ValueError(
+            f'{prefix}pos_embed: the checkpoint holds a whole model, not a bare {name} backbone, and its ViT '
+            f'weights sit under {found}, {why}. Name the part in the backbone\'s init_cfg, e.g. '
+            f"init_cfg=dict(type='Pretrained', checkpoint=..., prefix={parts[0]!r}), or load the file into "
+            f'the whole model (load_from).')
+    outer = prefix + parts[0]
+    inner = {prefix + k[len(outer):]: v for k, v in state_dict.items() if k.startswith(outer)}
+    others = [k for k in state_dict if k.startswith(prefix) and not k.startswith(outer)]
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        del state_dict[key]
+    state_dict.update(inner)
+    shown = ', '.join(others[:3]) + (', ...' if len(others) > 3 else '')
+    return (f'The checkpoint holds a whole model: loading its "{parts[0]}" part ({len(inner)} tensors) into '
+            f'the bare {name} backbone, as init_cfg prefix={parts[0]!r} would'
+            + (f'; its {len(others)} other tensors ({shown}) are not the backbone\'s and were left out'
+               if others else ''))
 
 
 def _rename_mmpretrain_keys(state_dict, prefix) -> Optional[str]:
@@ -82,15 +105,54 @@ def _rename_mmpretrain_keys(state_dict, prefix) -> Optional[str]:
     ``init_cfg`` at mmpretrain model-zoo checkpoints, and a non-strict load would skip every weight."""
     if prefix + 'layers.0.ln1.weight' not in state_dict or prefix + 'blocks.0.norm1.weight' in state_dict:
         return None
-    from vit_plugin.converters.torch_formats import rename_mmpretrain_key  # converters import models
     renamed = 0
     for key in [k for k in state_dict if k.startswith(prefix)]:
-        new = rename_mmpretrain_key(key[len(prefix):])
+        new = mmpretrain_to_ours_key(key[len(prefix):])
         if new is not None and new != key[len(prefix):]:
             state_dict[prefix + new] = state_dict.pop(key)
             renamed += 1
     return (f'Renamed {renamed} mmpretrain VisionTransformer keys under "{prefix}" to vit_plugin names '
             f'(layers.i.ln1 -> blocks.i.norm1, ffn.layers.0.0 -> mlp.fc1, ...)')
+
+
+def _gelus(model) -> List[nn.GELU]:
+    return [m for m in model.blocks.modules() if isinstance(m, nn.GELU)]
+
+
+def record_gelu(model, state_dict, prefix, local_metadata) -> None:
+    """State-dict post-hook of the backbone: record the tanh GELU with the weights.
+
+    The weights then carry the activation they were trained with to every later load (``tools/test.py``
+    builds the model from a config that may say exact GELU, and does not run ``init_cfg``). Exact
+    GELU, PyTorch's default, is not recorded, so such a model's state dict is unchanged.
+    """
+    if any(gelu.approximate == 'tanh' for gelu in _gelus(model)):
+        state_dict[prefix + GELU_KEY] = encode_gelu('tanh')
+
+
+def _apply_recorded_gelu(model, state_dict, prefix) -> None:
+    """Run the GELU the weights were trained with (consumes the record).
+
+    Weights trained with one GELU and run with the other compute a slightly different function (up to
+    5e-4 per activation, compounding over the blocks): fine-tuning official weights, as the paper
+    does, starts from the model it pre-trained, which only the tanh GELU of Flax reproduces. The
+    record wins over the config (as the resize mode does) because a config cannot know which weights
+    it will be given; it is a warning because it changes the model the config describes.
+    """
+    recorded = state_dict.pop(prefix + GELU_KEY, None)
+    if recorded is None:
+        return
+    approximate = decode_gelu(recorded, prefix + GELU_KEY)
+    gelus = _gelus(model)
+    if all(gelu.approximate == approximate for gelu in gelus):
+        return
+    for gelu in gelus:
+        gelu.approximate = approximate
+    print_log(f'{prefix}{GELU_KEY}: the checkpoint records that its weights were trained with '
+              f"gelu_approximate={approximate!r}; this {type(model).__name__} was built with another GELU and now "
+              f'runs {approximate!r} in all {len(gelus)} MLPs, so it computes the function the weights were '
+              f"trained for. To keep the model's own GELU, delete the key {GELU_KEY!r} from the state dict.",
+              logger='current', level=logging.WARNING)
 
 
 def _check_compatible(model, state_dict, prefix, table):
@@ -209,20 +271,15 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
         list[str]: One message per change made (already logged).
 
     Raises:
-        ValueError: the weights belong to another architecture, a whole classifier is loaded into a
-            bare backbone, or the source grid of a non-square table cannot be inferred.
+        ValueError: the weights belong to another architecture, a whole model's backbone part is
+            ambiguous, or the source grid of a non-square table cannot be inferred.
     """
-    key, grid_key, mode_key = prefix + 'pos_embed', prefix + 'pos_embed_grid', prefix + MODE_KEY
-    messages = []
-    _check_whole_classifier(model, state_dict, prefix)
-    message = _rename_mmpretrain_keys(state_dict, prefix)
-    if message:
-        messages.append(message)
-    mode = model.pos_embed_load_mode
-    mode_source = 'the model\'s pos_embed_load_mode'
-    if mode_key in state_dict:
-        mode = decode_resize_mode(state_dict.pop(mode_key), mode_key)
-        mode_source = 'recorded in the checkpoint'
+    key, grid_key = prefix + 'pos_embed', prefix + 'pos_embed_grid'
+    messages = [m for m in (_take_backbone_part(model, state_dict, prefix),
+                            _rename_mmpretrain_keys(state_dict, prefix)) if m]
+    _apply_recorded_gelu(model, state_dict, prefix)
+    mode, mode_source = resize_mode_for(state_dict, prefix, model.pos_embed_load_mode, consume=True,
+                                        fallback_name="the model's pos_embed_load_mode")
     old_grid = state_dict.get(grid_key)
     if old_grid is not None:
         old_grid = tuple(int(v) for v in torch.as_tensor(old_grid).tolist())

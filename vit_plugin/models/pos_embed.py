@@ -20,6 +20,14 @@ Grid = Tuple[int, int]
 #: timm/mmpretrain convention of half-pixel centres (``align_corners=False``).
 RESIZE_MODES = ('official', 'bilinear', 'bicubic')
 
+#: How a checkpoint that records no resize mode of its own (ours, timm's, mmpretrain's) is resized
+#: when it loads at another grid: the ViT's ``pos_embed_load_mode`` default and the converters'
+#: fallback. 'official' because it is the resize behind every fine-tuning result of the paper (the
+#: official code applies it to all pre-trained weights), because the official weights record it, so
+#: our own and official weights then enter fine-tuning identically, and so that supervised and
+#: self-supervised (MPP) fine-tuning differ only in the pre-trained weights.
+CHECKPOINT_RESIZE_MODE = 'official'
+
 
 def to_2tuple(value: Union[int, Sequence[int]]) -> Grid:
     """``7 -> (7, 7)``; ``(7, 9) -> (7, 9)``."""
@@ -110,6 +118,9 @@ def resize_pos_embed(pos_embed: torch.Tensor,
         if mode == 'official':
             grid = F.interpolate(grid, size=new_grid, mode='bilinear', align_corners=True)
         else:
+            # mmpretrain's resize_pos_embed computes this case bit-identically for float32 work without
+            # antialias, but it always interpolates in float32 (the loading paths here use float64;
+            # the two then differ by up to ~7e-6 on unit-scale tables) and has no antialias: kept here.
             grid = F.interpolate(grid, size=new_grid, mode=mode, align_corners=False, antialias=antialias)
         patches = grid.permute(0, 2, 3, 1).reshape(patches.shape[0], new_grid[0] * new_grid[1], dim)
         pos_embed = torch.cat([prefix, patches.to(prefix.dtype)], dim=1)

@@ -9,7 +9,12 @@ What changes compared with mmengine's ``OptimWrapper`` (everything else -- gradi
 * the clipped gradient norm stays on the device (mmengine calls ``float()`` on it, a host transfer
   that would cut every step's graph in two); the train loop logs it with the losses;
 * ``dtype='bfloat16'`` runs the forward pass under XLA autocast (matmuls and convolutions in bf16,
-  reductions and softmax in fp32, weights and optimizer state stay fp32).
+  reductions and softmax in fp32, weights and optimizer state stay fp32);
+* with the non-finite guard (``vit_plugin.NonFiniteGuardHook``, which calls
+  :meth:`XLAOptimWrapper.install_nonfinite_guard`) the check stays on the device: the update is
+  computed and then selected with ``torch.where(ok, new, old)`` for every parameter and optimizer
+  state tensor, so a bad step changes nothing without a host read; the skip counters travel to the
+  host with the logged losses (once per logging interval), and the hook stops the run there.
 """
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Union
@@ -24,6 +29,13 @@ from vit_plugin.registry import OPTIM_WRAPPERS
 from . import runtime
 
 _DTYPES = {'bfloat16': torch.bfloat16, 'bf16': torch.bfloat16}
+
+
+def _upload(tensor: torch.Tensor, device) -> torch.Tensor:
+    """Copy to the device as device data. ``tensor.to(device)`` turns a 0-dim tensor into a
+    constant of the next graph instead, so that graph would differ from the ones after it."""
+    xm = runtime.require('torch_xla.core.xla_model')
+    return xm.send_cpu_data_to_device([tensor], device)[0]
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -56,16 +68,107 @@ class XLAOptimWrapper(OptimWrapper):
                              'or None.')
         self.dtype = dtype
         self._pending_scalars: Dict[str, torch.Tensor] = {}
+        self._guard: Optional[Dict[str, torch.Tensor]] = None
+        self._capturable_cfg: List[Optional[bool]] = []
+        self._loss_bad: Optional[torch.Tensor] = None
+
+    def install_nonfinite_guard(self) -> None:
+        """Skip non-finite updates on the device (see the module docstring).
+
+        Cost per update: one gradient norm and one select per parameter and state element (memory
+        traffic of the size of the optimizer's own update), and the old parameters and state are
+        kept alive during the update (peak memory grows by one copy of parameters + optimizer
+        state). The stop after too many bad steps happens at the next logging interval, so up to
+        that many further skipped iterations may run first.
+        """
+        self._capturable_cfg = [group.get('capturable') for group in self.optimizer.param_groups]
+        device = self.optimizer.param_groups[0]['params'][0].device
+        # Counters uploaded as device data (not created by an op): every step's graph then has
+        # the same inputs, including the first after a resume.
+        self._guard = {key: _upload(torch.zeros(()), device) for key in ('streak', 'skipped', 'worst')}
+        self._make_capturable()
+
+    def _make_capturable(self) -> None:
+        # Adam(W) then keeps its step count on the device, where the select can reach it; a state
+        # loaded from a checkpoint has its step counts on the host.
+        for group in self.optimizer.param_groups:
+            if 'capturable' not in group:
+                continue
+            group['capturable'] = True
+            for p in group['params']:
+                step = self.optimizer.state.get(p, {}).get('step')
+                if isinstance(step, torch.Tensor) and step.device != p.device:
+                    self.optimizer.state[p]['step'] = _upload(step, p.device)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self._guard is not None:
+            # Checkpoints keep the configured flag: they may be resumed on a CPU or GPU.
+            for group, flag in zip(state['param_groups'], self._capturable_cfg):
+                if flag is not None:
+                    group['capturable'] = flag
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if self._guard is not None:
+            self._make_capturable()
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        if self._guard is not None:
+            bad = ~torch.isfinite(loss.detach()).all()
+            self._loss_bad = bad if self._loss_bad is None else self._loss_bad | bad
+        super().backward(loss, **kwargs)
 
     def step(self, **kwargs) -> None:
         """All-reduce the gradients across replicas, clip them if configured, and update."""
         xm = runtime.require('torch_xla.core.xla_model')
-        if self.clip_grad_kwargs:
+        if self._guard is not None:
+            self._guarded_step(xm, kwargs)
+        elif self.clip_grad_kwargs:
             xm.reduce_gradients(self.optimizer)
             self._clip_grad()
             self.optimizer.step(**kwargs)
         else:
             xm.optimizer_step(self.optimizer, optimizer_args=kwargs)
+
+    def _guarded_step(self, xm, kwargs: dict) -> None:
+        from vit_plugin.engine.hooks.nonfinite_guard import global_grad_norm
+
+        xm.reduce_gradients(self.optimizer)
+        params = [p for group in self.optimizer.param_groups for p in group['params']]
+        norm = global_grad_norm([p.grad for p in params if p.grad is not None])
+        ok = torch.ones((), dtype=torch.bool, device=params[0].device)
+        if norm is not None:
+            ok = ok & torch.isfinite(norm)
+        if self._loss_bad is not None:
+            ok = ok & ~self._loss_bad
+        self._loss_bad = None
+        old_params = [p.detach().clone() for p in params]
+        old_state = {id(p): {k: v.detach().clone() for k, v in self.optimizer.state[p].items()
+                             if isinstance(v, torch.Tensor) and v.device == p.device}
+                     for p in params if p in self.optimizer.state}
+        if self.clip_grad_kwargs:
+            self._clip_grad()
+        self.optimizer.step(**kwargs)
+        with torch.no_grad():
+            for p, old in zip(params, old_params):
+                p.copy_(torch.where(ok, p, old))
+                state = self.optimizer.state.get(p, {})
+                before = old_state.get(id(p), {})
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor) and value.device == p.device:
+                        # State created by this very step (the first update) falls back to zeros,
+                        # what the optimizer initialises it with.
+                        value.copy_(torch.where(ok, value, before.get(key, torch.zeros_like(value))))
+        bad = (~ok).to(torch.float32)
+        streak = (self._guard['streak'] + 1) * bad
+        self._guard['streak'] = streak
+        self._guard['skipped'] = self._guard['skipped'] + bad
+        self._guard['worst'] = torch.maximum(self._guard['worst'], streak)
+        # Logged with the losses; the hook reads them on the host when they arrive.
+        self._pending_scalars.update(nonfinite_skipped=self._guard['skipped'],
+                                     nonfinite_max_streak=self._guard['worst'])
 
     def _clip_grad(self) -> None:
         params: List[torch.Tensor] = [

@@ -1,5 +1,7 @@
 from .fewshot_hook import FewShotEvalHook
+from .nonfinite_guard import NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
 
-__all__ = ['FewShotEvalHook', 'PosEmbedResizeHook', 'RNGReseedHook']
+__all__ = ['FewShotEvalHook', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
+           'PosEmbedResizeHook', 'RNGReseedHook']

@@ -1,5 +1,6 @@
 """The Vision Transformer backbone of Dosovitskiy et al., ICLR 2021."""
 import math
+import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -9,8 +10,8 @@ from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
 from ..layers import EncoderBlock, PatchEmbed, lecun_normal_
-from ..load_adapt import adapt_vit_state_dict
-from ..pos_embed import RESIZE_MODES, resize_pos_embed, to_2tuple
+from ..load_adapt import adapt_vit_state_dict, record_gelu
+from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed, to_2tuple
 from ..rel_pos import REL_POS_PARAM_SUFFIXES
 
 OUT_TYPES = ('cls_token', 'gap', 'featmap', 'raw')
@@ -22,6 +23,23 @@ def _arch(embed_dims, num_layers, num_heads, mlp_dims):
 
 def _expand_aliases(table):
     return {alias: spec for aliases, spec in table.items() for alias in aliases}
+
+
+def global_block_indices(num_layers: int) -> Tuple[int, ...]:
+    """The blocks that keep global attention in a windowed ViT, by ViTDet's rule, for any depth.
+
+    ViTDet cuts the depth into 4 stages and keeps the last block of each global (published choices:
+    (2, 5, 8, 11) for 12 blocks, (5, 11, 17, 23) for 24, (7, 15, 23, 31) for 32). For any depth,
+    stage ``k`` (1-4) ends after block ``ceil(k * num_layers / 4)`` (1-based), so the stages differ in
+    length by at most one block. With 4 or fewer blocks every block ends a stage: all are global.
+
+    Args:
+        num_layers (int): The depth.
+
+    Returns:
+        tuple[int]: Sorted 0-based indices of the global blocks.
+    """
+    return tuple(sorted({(k * num_layers + 3) // 4 - 1 for k in range(1, 5)}))  # ceil(k L / 4) - 1
 
 
 @MODELS.register_module()
@@ -57,25 +75,31 @@ class ViT(BaseModule):
         norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
         gelu_approximate (str): 'none' (exact GELU, the PyTorch/timm convention) or 'tanh' (the
             approximation the official Flax model uses; choose it to reproduce official outputs
-            exactly). Defaults to 'none'.
+            exactly). Defaults to 'none'. Weights that record the GELU they were trained with (the
+            converted official ones record 'tanh') switch the model to it when they load (logged).
         final_norm (bool): Apply the final LayerNorm. Defaults to True.
         interpolate_mode (str): Resize mode (see :data:`RESIZE_MODES`) used when an input's patch
             grid differs from the stored one. Defaults to 'bicubic'.
-        pos_embed_load_mode (str): Resize mode used when a loaded state dict has a different grid.
-            Use 'official' for weights from the official release (the converters record this).
-            Defaults to 'bicubic'.
+        pos_embed_load_mode (str): Resize mode used when a loaded state dict has a different grid
+            and records no mode of its own (official weights record 'official'). Defaults to
+            :data:`~vit_plugin.models.pos_embed.CHECKPOINT_RESIZE_MODE` ('official', the paper's).
         pad_to_patch (bool): Zero-pad the bottom/right of inputs whose size is not divisible by the
             patch size instead of raising an error. Defaults to False.
         frozen_stages (int): Freeze the embeddings (> 0) and the first ``frozen_stages`` blocks; the
-            final norm too when all blocks are frozen. Stays frozen after ``train()``. Defaults to -1.
+            final norm too when all blocks are frozen. Frozen parts stay in eval mode after
+            ``train()``, the dropout after the position embedding included, so frozen features are
+            deterministic. Defaults to -1.
         with_cp (bool): Activation checkpointing in every block while training. Defaults to False.
         window_size (int): If > 0, the blocks in ``window_block_indices`` attend only within
             non-overlapping windows of ``window_size`` x ``window_size`` patches (ViTDet's local blocks;
             the grid is padded to whole windows and the padding masked). The others stay global.
             Defaults to 0 (every block global, as in the paper).
         window_block_indices (Sequence[int], optional): Blocks that use windowed attention when
-            ``window_size > 0``. Defaults to None: every block except the last of each quarter of
-            the depth (ViTDet's choice; blocks 2, 5, 8, 11 stay global for a 12-block model).
+            ``window_size > 0``. Defaults to None: ViTDet's rule, see :func:`global_block_indices`
+            (the depth is cut into 4 stages as equal as possible; the last block of each stays
+            global, every other block is windowed: blocks 2, 5, 8, 11 stay global at depth 12,
+            2, 4, 7, 9 at depth 10). With 4 or fewer blocks every block is a stage end, so nothing is
+            windowed; a warning says so whenever ``window_size > 0`` windows no block.
         use_rel_pos (bool): Add ViTDet's decomposed relative position bias to every block's attention
             (tables ``blocks.i.attn.rel_pos_h/_w``, zero at the start, sized to the window in windowed
             blocks and to the ``img_size`` patch grid in global ones, resized on the fly for other
@@ -108,7 +132,7 @@ class ViT(BaseModule):
                  gelu_approximate: str = 'none',
                  final_norm: bool = True,
                  interpolate_mode: str = 'bicubic',
-                 pos_embed_load_mode: str = 'bicubic',
+                 pos_embed_load_mode: str = CHECKPOINT_RESIZE_MODE,
                  pad_to_patch: bool = False,
                  frozen_stages: int = -1,
                  with_cp: bool = False,
@@ -170,6 +194,7 @@ class ViT(BaseModule):
         self.set_grad_checkpointing(with_cp)
 
         self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
+        self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
         self._freeze_stages()
 
     # ------------------------------------------------------------------ construction helpers
@@ -202,11 +227,19 @@ class ViT(BaseModule):
         if not window_size:
             return ()
         if indices is None:
-            quarter = max(1, self.num_layers // 4)
-            return tuple(i for i in range(self.num_layers) if (i + 1) % quarter)
-        parsed = tuple(sorted({i + self.num_layers if i < 0 else i for i in indices}))
-        if any(not 0 <= i < self.num_layers for i in parsed):
-            raise ValueError(f'window_block_indices {list(indices)} out of range for {self.num_layers} blocks')
+            global_blocks = global_block_indices(self.num_layers)
+            parsed = tuple(i for i in range(self.num_layers) if i not in global_blocks)
+        else:
+            parsed = tuple(sorted({i + self.num_layers if i < 0 else i for i in indices}))
+            if any(not 0 <= i < self.num_layers for i in parsed):
+                raise ValueError(f'window_block_indices {list(indices)} out of range for {self.num_layers} blocks')
+        if not parsed:
+            how = ('window_block_indices is empty' if indices is not None else
+                   f'the default rule keeps all {self.num_layers} blocks global (the last block of each of '
+                   f'4 stages; a model needs more than 4 blocks for any to be windowed)')
+            warnings.warn(f'window_size={window_size} windows no block: {how}. Pass window_block_indices '
+                          f'to choose windowed blocks, or window_size=0 for global attention everywhere.',
+                          stacklevel=3)
         return parsed
 
     def _build_patch_embed(self, in_channels: int) -> nn.Module:
@@ -276,7 +309,7 @@ class ViT(BaseModule):
     def _freeze_stages(self):
         if self.frozen_stages <= 0:
             return
-        frozen = [self.patch_embed, *self.blocks[:self.frozen_stages]]
+        frozen = [self.patch_embed, self.drop_after_pos, *self.blocks[:self.frozen_stages]]
         if self.frozen_stages >= self.num_layers:
             frozen.append(self.norm)
         for module in frozen:
@@ -382,12 +415,20 @@ class ViT(BaseModule):
         x, grid = self.embed(x)
         return self.forward_tokens(x, grid)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
-        x, grid = self.embed(x)
+    def encode(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
+        """Embedded tokens (B, N, D) from :meth:`embed` -> all tokens after every block and the final norm.
+
+        The second half of :meth:`forward_features`, public so that algorithms that change the
+        embedding (masked patch prediction) run exactly the backbone's encoder: windowed blocks and
+        relative position bias need the patch ``grid`` (rows, cols).
+        """
         for block in self.blocks:
             x = block(x, grid=grid)
         return self.norm(x)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
+        return self.encode(*self.embed(x))
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> List[torch.Tensor]:

@@ -5,15 +5,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.model import BaseModule
+from mmpretrain.models.utils import LayerNorm2d  # LayerNorm over the channels at every position
 
 from vit_plugin.registry import MODELS
-
-
-class LayerNorm2d(nn.LayerNorm):
-    """LayerNorm over the channels of a (B, C, H, W) map, at every position independently."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 def _norm(kind: str, channels: int, eps: float) -> nn.Module:
@@ -124,4 +118,7 @@ class SimpleFeaturePyramid(BaseModule):
             outs = [proj(x) for proj, x in zip(self.project, outs)]
         while len(outs) < self.num_outs:
             outs.append(F.max_pool2d(outs[-1], kernel_size=1, stride=2))
-        return tuple(outs)
+        # Contiguous NCHW maps: mmcv's CPU RoIAlign reads the raw memory as NCHW, so a map in
+        # channels-last memory (what a permute-based LayerNorm leaves behind) gives the RoI heads
+        # features of the wrong positions and channels, silently.
+        return tuple(x.contiguous() for x in outs)

@@ -48,6 +48,21 @@ def num_corrupted(num_patches: int, corrupt_ratio: float) -> int:
     return min(num_patches, max(1, int(round(corrupt_ratio * num_patches))))
 
 
+def check_corruption_args(corrupt_ratio: float, mask_prob: float, random_prob: float, random_source: str):
+    """Raise ``ValueError`` for corruption settings :func:`sample_corruption` cannot draw from.
+
+    :class:`~vit_plugin.models.selfsup.MaskedPatchPrediction` calls it when it is built, so a bad
+    config fails before training starts rather than at the first step.
+    """
+    if random_source not in RANDOM_SOURCES:
+        raise ValueError(f'random_source must be one of {RANDOM_SOURCES}, got {random_source!r}')
+    if not (0. < corrupt_ratio <= 1.):
+        raise ValueError(f'corrupt_ratio must be in (0, 1], got {corrupt_ratio}')
+    if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1:
+        raise ValueError(f'mask_prob ({mask_prob}) and random_prob ({random_prob}) must be >= 0 and sum to '
+                         f'at most 1 (the rest of the corrupted patches is kept unchanged)')
+
+
 def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 0.5, mask_prob: float = 0.8,
                       random_prob: float = 0.1, random_source: str = 'batch',
                       device=None, generator=None) -> CorruptionPlan:
@@ -67,13 +82,7 @@ def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 
         device (torch.device, optional): Where to create the plan. Defaults to None (CPU).
         generator (torch.Generator, optional): For reproducible draws. Defaults to None.
     """
-    if random_source not in RANDOM_SOURCES:
-        raise ValueError(f'random_source must be one of {RANDOM_SOURCES}, got {random_source!r}')
-    if not (0. < corrupt_ratio <= 1.):
-        raise ValueError(f'corrupt_ratio must be in (0, 1], got {corrupt_ratio}')
-    if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1:
-        raise ValueError(f'mask_prob ({mask_prob}) and random_prob ({random_prob}) must be >= 0 and sum to '
-                         f'at most 1 (the rest of the corrupted patches is kept unchanged)')
+    check_corruption_args(corrupt_ratio, mask_prob, random_prob, random_source)
     pool = batch_size * num_patches if random_source == 'batch' else num_patches
     if pool < 2 and random_prob > 0:
         raise ValueError(f'cannot replace a patch by a random *other* patch: the {random_source} has a single '

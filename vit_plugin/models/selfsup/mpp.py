@@ -6,7 +6,9 @@ import torch.nn as nn
 from mmpretrain.models.selfsup import BaseSelfSupervisor
 
 from vit_plugin.registry import MODELS
-from .corruption import RANDOM_SOURCES, CorruptionPlan, apply_corruption, sample_corruption
+from ..backbones.vit import ViT
+from ..layers import PatchEmbed
+from .corruption import CorruptionPlan, apply_corruption, check_corruption_args, sample_corruption
 from .targets import compute_targets, unnormalize
 
 
@@ -28,7 +30,10 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
     Args:
         backbone (dict): A :class:`~vit_plugin.models.backbones.ViT` config (``type='vit_plugin.ViT'``);
             its ``out_type`` does not matter here (the algorithm reads all patch tokens after the
-            final norm), which keeps the backbone config identical to the fine-tuning one.
+            final norm), which keeps the backbone config identical to the fine-tuning one. Windowed
+            blocks and relative position bias work as in the backbone's own forward. The hybrid
+            (``HybridViT``) is refused: each of its tokens is computed from a wide region of the image
+            by the ResNet, so corrupting a token would leave its pixels visible in its neighbours.
         head (dict): An :class:`~vit_plugin.models.selfsup.MPPHead` config; its ``target`` selects the
             prediction target.
         corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5 (the paper;
@@ -53,19 +58,22 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
                  data_preprocessor: Optional[Union[dict, nn.Module]] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(backbone=backbone, head=head, data_preprocessor=data_preprocessor, init_cfg=init_cfg)
-        for name in ('patch_embed', 'blocks', 'norm', 'embed', 'num_prefix_tokens', 'patch_size'):
-            if not hasattr(self.backbone, name):
-                raise TypeError(f'MaskedPatchPrediction needs a ViT backbone (type="vit_plugin.ViT"); '
-                                f'{type(self.backbone).__name__} has no {name!r}')
+        name = type(self.backbone).__name__
+        if not isinstance(self.backbone, ViT):
+            raise TypeError(f'MaskedPatchPrediction needs a ViT backbone (type="vit_plugin.ViT"), got {name}')
+        # The paper's corruption hides a patch by replacing its embedding; that only hides it when the
+        # embedding is computed from that patch alone, as the linear patch projection is.
+        if not isinstance(self.backbone.patch_embed, PatchEmbed):
+            raise TypeError(f'MaskedPatchPrediction needs a backbone whose tokens each embed one image patch '
+                            f'(the linear patch projection of type="vit_plugin.ViT"); {name} makes its tokens '
+                            f'with {type(self.backbone.patch_embed).__name__}, where every token sees a wide '
+                            f'region of the image, so a corrupted patch would stay visible in its neighbours\' '
+                            f'tokens. Pre-train a plain vit_plugin.ViT with masked patch prediction instead '
+                            f'(the paper does so only for plain ViTs)')
         if tuple(self.head.patch_size) != tuple(self.backbone.patch_size):
             raise ValueError(f'the head is configured for {self.head.patch_size} patches but the backbone uses '
                              f'{self.backbone.patch_size}; set head.patch_size to the backbone patch size')
-        if random_source not in RANDOM_SOURCES:
-            raise ValueError(f'random_source must be one of {RANDOM_SOURCES}, got {random_source!r}')
-        if mask_prob < 0 or random_prob < 0 or mask_prob + random_prob > 1:
-            raise ValueError(f'mask_prob ({mask_prob}) + random_prob ({random_prob}) must lie in [0, 1]')
-        if not 0. < corrupt_ratio <= 1.:
-            raise ValueError(f'corrupt_ratio must be in (0, 1], got {corrupt_ratio}')
+        check_corruption_args(corrupt_ratio, mask_prob, random_prob, random_source)
         self.corrupt_ratio = corrupt_ratio
         self.mask_prob = mask_prob
         self.random_prob = random_prob
@@ -109,16 +117,24 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
             used.append(plan)
             return apply_corruption(patches, plan, self.mask_token)
 
-        x, _ = self.backbone.embed(inputs, patch_transform=corrupt)
-        for block in self.backbone.blocks:
-            x = block(x)
-        x = self.backbone.norm(x)
+        x = self.backbone.encode(*self.backbone.embed(inputs, patch_transform=corrupt))
         return x[:, self.backbone.num_prefix_tokens:], used[0]
 
-    def _targets(self, inputs: torch.Tensor) -> torch.Tensor:
+    def _targets(self, inputs: torch.Tensor, num_tokens: Optional[int] = None) -> torch.Tensor:
+        """Targets (B, N, ...) of every patch of normalised images; checked against ``num_tokens``.
+
+        The gather of corrupted positions indexes targets and tokens alike, so a count that differs
+        would pair tokens with the targets of other patches without any error: refuse it here.
+        """
         pixels = unnormalize(inputs, self.data_preprocessor)
-        return compute_targets(self.head.target, pixels, self.backbone.patch_size, self.head.color_bits,
-                               self.head.cells)
+        target = compute_targets(self.head.target, pixels, self.backbone.patch_size, self.head.color_bits,
+                                 self.head.cells)
+        if num_tokens is not None and target.shape[1] != num_tokens:
+            (H, W), (ph, pw) = inputs.shape[-2:], self.backbone.patch_size
+            raise ValueError(f'{target.shape[1]} MPP targets (a {H}x{W} image in {ph}x{pw} patches) but the '
+                             f'backbone made {num_tokens} patch tokens; each token must embed exactly one '
+                             f'backbone.patch_size patch of the image')
+        return target
 
     @staticmethod
     def _gather(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -144,8 +160,8 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
             dict[str, Tensor]: ``loss`` (optimised) and, for classification targets, ``acc`` (logged).
         """
         inputs = self._single_view(inputs)
-        target = self._targets(inputs)
         latent, plan = self.encode_corrupted(inputs)
+        target = self._targets(inputs, latent.shape[1])
         return self.head.loss(self._gather(latent, plan.ids), self._gather(target, plan.ids))
 
     @torch.no_grad()
@@ -163,5 +179,5 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
         inputs = self._single_view(inputs)
         latent, plan = self.encode_corrupted(inputs, plan)
         return dict(plan=plan, pred=self.head(self._gather(latent, plan.ids)),
-                    target=self._gather(self._targets(inputs), plan.ids),
+                    target=self._gather(self._targets(inputs, latent.shape[1]), plan.ids),
                     pixels=unnormalize(inputs, self.data_preprocessor))

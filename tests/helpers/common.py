@@ -1,0 +1,31 @@
+"""Functions shared by several test modules."""
+import importlib.util
+import json
+import os.path as osp
+import socket
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+HELPERS = osp.join(REPO, 'tests', 'helpers')
+
+
+def load_tool(*parts):
+    """Import a script under ``tools/`` (e.g. ``load_tool('analysis', 'benchmark.py')``) as a module,
+    so that its ``main(argv)`` runs in the test's process."""
+    path = osp.join(REPO, 'tools', *parts)
+    spec = importlib.util.spec_from_file_location(f"tool_{'_'.join(parts)[:-3]}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    """A TCP port that is free now (for a rendezvous that must not meet another run's)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def read_losses(work_dir, rank: int = 0) -> dict:
+    """Iteration -> loss of ``rank``, as written by ``LossRecorderHook`` (loss_recorder.py)."""
+    with open(osp.join(str(work_dir), f'losses_rank{rank}.json')) as f:
+        return {int(k): v for k, v in json.load(f).items()}

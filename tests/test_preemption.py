@@ -1,0 +1,366 @@
+"""Pre-emption-safe training: SIGTERM / SIGUSR1 stop a run with a checkpoint, checkpoints are written
+atomically, and ``--resume`` finds the newest intact checkpoint of the work dir it is given.
+
+The end-to-end tests run ``tools/train.py`` / ``tools/dist_train.sh`` as subprocesses on a 2-block ViT
+and 192 digits with an iteration-based loop (as the paper's configs use), and compare losses with
+an uninterrupted run of the same config.
+"""
+import os
+import os.path as osp
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.common import HELPERS, REPO, free_port, read_losses
+from vit_plugin.engine.checkpointing import (AtomicCheckpointHook, atomic_write_bytes, checkpoint_problem,
+                                             find_resumable_checkpoint, read_last_checkpoint,
+                                             write_last_checkpoint)
+from vit_plugin.engine.preemption import EXIT_PREEMPTED
+
+MAX_ITERS = 24
+INTERVAL = 8  # checkpoints at 8, 16, 24
+
+
+def iter_config(path, data_root, *, delay=0.0, batch_size=32, drop_rate=0.1, num_workers=0):
+    """configs/vit_demo_digits.py as a 24-iteration, iteration-based run with checkpoints every 8
+    iterations; every rank records its losses (loss_recorder.py) and its progress (pacing.py).
+
+    Dropout is on (a resumed run must restore the random streams) but the images are not augmented:
+    an iteration-based loop loads each batch before ``RNGReseedHook`` reseeds the iteration, so
+    host-side augmentations of the first resumed batch are drawn from another stream state.
+    """
+    path.write_text(f"""
+_base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
+custom_imports = dict(imports=['vit_plugin', 'loss_recorder', 'pacing'], allow_failed_imports=False)
+model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64), drop_rate={drop_rate}),
+             head=dict(in_channels=32))
+train_dataloader = dict(batch_size={batch_size}, num_workers={num_workers}, persistent_workers=False,
+                        sampler=dict(type='DefaultSampler', shuffle=True, seed=0),
+                        dataset=dict(data_root={data_root!r}, indices=192, pipeline={{{{_base_.test_pipeline}}}}))
+val_dataloader = dict(num_workers=0, dataset=dict(data_root={data_root!r}, indices=64))
+test_dataloader = val_dataloader
+param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=4),
+                   dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=4, end={MAX_ITERS})]
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={MAX_ITERS}, val_interval=1000)
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(by_epoch=False, interval={INTERVAL}, max_keep_ckpts=5))
+custom_hooks = [dict(type='LossRecorderHook'), dict(type='PacingHook', delay={delay})]
+""")
+    return str(path)
+
+
+def run_env():
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]), PYTHON=sys.executable)
+    env.pop('PJRT_DEVICE', None)
+    return env
+
+
+def train_cmd(cfg, work_dir, *extra):
+    return [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work_dir), *extra]
+
+
+def dist_cmd(cfg, work_dir, *extra, procs=2):
+    return ['bash', osp.join(REPO, 'tools', 'dist_train.sh'), cfg, str(procs), '--work-dir', str(work_dir), *extra]
+
+
+def run(cmd, env=None, expect=0):
+    proc = subprocess.run(cmd, env=env or run_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def progress(work_dir, rank=0):
+    """(finished iterations, process id) of ``rank``, as written by pacing.py, or (0, None)."""
+    try:
+        with open(osp.join(work_dir, f'progress_rank{rank}')) as f:
+            done, pid = f.read().split()
+    except (FileNotFoundError, ValueError):
+        return 0, None
+    return int(done), int(pid)
+
+
+def signal_when(proc, work_dir, after_iters, target=None, signum=signal.SIGTERM, rank=0):
+    """Wait until ``rank`` finished ``after_iters`` iterations, then send ``signum`` to ``target``:
+    'worker' (the process of ``rank``), 'group' (every process of ``proc``'s session) or, by default,
+    ``proc`` itself; returns the subprocess's exit status and its output."""
+    deadline = time.time() + 240
+    while True:
+        done, pid = progress(work_dir, rank)
+        if done >= after_iters:
+            break
+        assert proc.poll() is None, proc.communicate()[1][-4000:]
+        assert time.time() < deadline, f'{work_dir}: fewer than {after_iters} iterations in 240 s'
+        time.sleep(0.02)
+    if target == 'group':
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(pid if target == 'worker' else proc.pid, signum)
+    out, err = proc.communicate(timeout=240)
+    return proc.returncode, out + err
+
+
+def losses_list(losses, iters):
+    return [losses[i] for i in iters]
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory, digits_root):
+    """An uninterrupted single-process run: its config, work dir and per-iteration losses."""
+    root = tmp_path_factory.mktemp('preemption')
+    cfg = iter_config(root / 'cfg.py', digits_root)
+    work = root / 'full'
+    run(train_cmd(cfg, work))
+    losses = read_losses(work)
+    assert sorted(losses) == list(range(MAX_ITERS))
+    return dict(cfg=cfg, work=work, losses=losses, root=root)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_finished_iteration_and_resume_repeats_the_losses(reference, tmp_path, digits_root):
+    # The run is paced (0.3 s per iteration) so that the signal lands between two checkpoints; two
+    # data-loader workers are running when it stops.
+    cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
+    work = tmp_path / 'run'
+    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    status, output = signal_when(proc, work, after_iters=INTERVAL + 2)
+    assert status == EXIT_PREEMPTED, output[-4000:]
+    assert 'SIGTERM' in output and '--resume' in output and 'Traceback' not in output
+
+    interrupted = read_losses(work)  # after_train hooks ran: the loss recorder wrote its file
+    stopped = max(interrupted) + 1
+    assert sorted(interrupted) == list(range(stopped)) and INTERVAL + 2 <= stopped < MAX_ITERS
+    assert osp.isfile(work / f'iter_{stopped}.pth')  # the checkpoint of the last finished iteration
+    assert checkpoint_problem(str(work / f'iter_{stopped}.pth')) is None
+    assert (work / 'last_checkpoint').read_text() == f'iter_{stopped}.pth'  # relative to the work dir
+    ckpt = torch.load(work / f'iter_{stopped}.pth', map_location='cpu', weights_only=False)
+    assert ckpt['meta']['iter'] == stopped
+    assert not [name for name in os.listdir(work) if name.endswith('.part')]
+
+    resumed = run(train_cmd(cfg, work, '--resume'))
+    assert f'iter_{stopped}.pth' in resumed.stdout + resumed.stderr
+    after = read_losses(work)
+    assert sorted(after) == list(range(stopped, MAX_ITERS))
+    np.testing.assert_allclose(losses_list(after, sorted(after)), losses_list(reference['losses'], sorted(after)),
+                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(losses_list(interrupted, range(stopped)),
+                               losses_list(reference['losses'], range(stopped)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sigusr1_to_every_process_of_the_job_spares_the_data_loader_workers(reference, tmp_path, digits_root):
+    # As `scancel --signal=USR1` does: the signal reaches the training process and its two data-loader
+    # workers. The workers must keep serving batches until the run has saved and stopped. The signal
+    # comes in the first pass over the data, whose workers an iteration-based loop starts before any
+    # hook runs (later passes fork theirs from a process that already handles the signal).
+    cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
+    work = tmp_path / 'run'
+    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    status, output = signal_when(proc, work, after_iters=2, target='group', signum=signal.SIGUSR1)
+    assert status == EXIT_PREEMPTED and 'SIGUSR1' in output, output[-4000:]
+    stopped = max(read_losses(work)) + 1
+    assert stopped < 192 // 32  # still in the first pass over the 192 images
+    assert checkpoint_problem(str(work / f'iter_{stopped}.pth')) is None
+    np.testing.assert_allclose(losses_list(read_losses(work), range(stopped)),
+                               losses_list(reference['losses'], range(stopped)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_copied_work_dir_resumes_from_its_newest_intact_own_checkpoint(reference, tmp_path):
+    # A copy of a finished run whose newest checkpoint got truncated (as a full disk or a killed copy
+    # leaves it), and whose last_checkpoint is the absolute path mmengine's own CheckpointHook writes:
+    # it names the original's intact iter_24.pth. --resume must skip the copy's damaged file with a
+    # warning naming it and continue from the copy's own iter_16.pth, not from the original's files.
+    original = reference['work']
+    copy = tmp_path / 'copy'
+    shutil.copytree(original, copy)
+    newest = copy / f'iter_{MAX_ITERS}.pth'
+    data = newest.read_bytes()
+    newest.write_bytes(data[:len(data) // 2])
+    (copy / 'last_checkpoint').write_text(str(original / f'iter_{MAX_ITERS}.pth'))
+    os.remove(copy / 'losses_rank0.json')
+
+    proc = run(train_cmd(reference['cfg'], copy, '--resume'))
+    output = proc.stdout + proc.stderr
+    assert f'skips checkpoint {newest}: it is truncated' in output
+    assert f'Load checkpoint from {copy / f"iter_{2 * INTERVAL}.pth"}' in output
+    after = read_losses(copy)
+    assert sorted(after) == list(range(2 * INTERVAL, MAX_ITERS))
+    np.testing.assert_allclose(losses_list(after, sorted(after)),
+                               losses_list(reference['losses'], sorted(after)), rtol=0, atol=1e-6)
+    assert (copy / 'last_checkpoint').read_text() == f'iter_{MAX_ITERS}.pth'
+    assert checkpoint_problem(str(newest)) is None  # rewritten whole by the resumed run
+
+
+def test_last_checkpoint_is_relative_and_resolves_in_a_moved_work_dir(tmp_path):
+    work = tmp_path / 'a'
+    work.mkdir()
+    (work / 'iter_3.pth').write_bytes(b'x')
+    write_last_checkpoint(str(work), str(work / 'iter_3.pth'))
+    assert (work / 'last_checkpoint').read_text() == 'iter_3.pth'
+    moved = tmp_path / 'b'
+    shutil.move(str(work), str(moved))
+    assert read_last_checkpoint(str(moved)) == str(moved / 'iter_3.pth')
+    # A checkpoint outside the work dir (CheckpointHook(out_dir=...)) keeps its absolute path.
+    elsewhere = tmp_path / 'store' / 'iter_5.pth'
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b'x')
+    write_last_checkpoint(str(moved), str(elsewhere))
+    assert read_last_checkpoint(str(moved)) == str(elsewhere)
+
+
+def _checkpoint_file(path, value):
+    torch.save({'state_dict': {'w': torch.full((256, ), float(value))}, 'meta': {'iter': value}}, path)
+
+
+def test_checkpoint_problem_finds_truncation_and_corruption(tmp_path):
+    good = tmp_path / 'iter_1.pth'
+    _checkpoint_file(good, 1)
+    assert checkpoint_problem(str(good)) is None
+    data = good.read_bytes()
+    truncated = tmp_path / 'iter_2.pth'
+    truncated.write_bytes(data[:-100])
+    assert 'truncated' in checkpoint_problem(str(truncated))
+    with zipfile.ZipFile(good) as archive:  # flip one byte inside the tensor data record
+        info = next(i for i in archive.infolist() if i.filename.endswith('/data/0'))
+    # The local header (30 bytes, then name and extra field, whose lengths it stores at bytes 26-29)
+    # precedes the data; torch pads the local extra field, so the central directory's copy differs.
+    name_len, extra_len = struct.unpack('<HH', data[info.header_offset + 26:info.header_offset + 30])
+    offset = info.header_offset + 30 + name_len + extra_len + 10
+    corrupted = bytearray(data)
+    corrupted[offset] ^= 0xFF
+    (tmp_path / 'iter_3.pth').write_bytes(bytes(corrupted))
+    assert 'CRC' in checkpoint_problem(str(tmp_path / 'iter_3.pth'))
+
+    warnings = []
+    assert find_resumable_checkpoint(str(tmp_path), warn=warnings.append) == str(good)
+    assert [w.split(': it')[0] for w in warnings] == [f'WARNING: --resume skips checkpoint {tmp_path / n}'
+                                                      for n in ('iter_3.pth', 'iter_2.pth')]
+    os.remove(good)
+    with pytest.raises(FileNotFoundError, match='no intact checkpoint'):
+        find_resumable_checkpoint(str(tmp_path), warn=None)
+    assert find_resumable_checkpoint(str(tmp_path / 'empty'), warn=None) is None
+
+
+def test_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
+    target = tmp_path / 'iter_8.pth'
+    _checkpoint_file(tmp_path / 'source.pth', 8)
+    old = (tmp_path / 'source.pth').read_bytes()
+    os.remove(tmp_path / 'source.pth')
+    atomic_write_bytes(old, str(target))
+
+    def killed(fd):  # the process dies after writing part of the data, before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, 'fsync', killed)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_bytes(b'new content that never completes', str(target))
+    assert target.read_bytes() == old
+    assert osp.isfile(str(target) + '.part')  # the debris has a name --resume never picks
+    assert find_resumable_checkpoint(str(tmp_path), warn=None) == str(target)
+
+
+@pytest.mark.slow
+def test_ddp_signal_to_one_process_stops_all_at_the_same_iteration(tmp_path, digits_root):
+    # 2 Gloo processes through tools/dist_train.sh; SIGUSR1 reaches only rank 1 (as a scheduler that
+    # signals one task would). Both ranks must stop after the same iteration, rank 0 must write that
+    # iteration's checkpoint, and --resume must repeat every rank's losses of the uninterrupted run.
+    env = dict(run_env(), PORT=str(free_port()))
+    full = tmp_path / 'full'
+    cfg = iter_config(tmp_path / 'cfg.py', digits_root, batch_size=16)
+    run(dist_cmd(cfg, full), env=env)
+    reference = [read_losses(full, rank) for rank in (0, 1)]
+
+    paced = iter_config(tmp_path / 'paced.py', digits_root, batch_size=16, delay=0.3)
+    work = tmp_path / 'run'
+    proc = subprocess.Popen(dist_cmd(paced, work), env=dict(env, PORT=str(free_port())), cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    status, output = signal_when(proc, work, after_iters=INTERVAL + 2, target='worker', signum=signal.SIGUSR1,
+                                 rank=1)
+    assert status != 0 and f'exitcode  : {EXIT_PREEMPTED}' in output, output[-4000:]  # torchrun's report
+    interrupted = [read_losses(work, rank) for rank in (0, 1)]
+    stopped = max(interrupted[0]) + 1
+    assert sorted(interrupted[0]) == sorted(interrupted[1]) == list(range(stopped))
+    assert (work / 'last_checkpoint').read_text() == f'iter_{stopped}.pth'
+
+    run(dist_cmd(cfg, work, '--resume'), env=dict(env, PORT=str(free_port())))
+    for rank in (0, 1):
+        after = read_losses(work, rank)
+        assert sorted(after) == list(range(stopped, MAX_ITERS))
+        np.testing.assert_allclose(losses_list(after, sorted(after)), losses_list(reference[rank], sorted(after)),
+                                   rtol=0, atol=1e-6)
+
+
+class _SignalAt:
+    """Hook that sends ``signum`` to this process in the middle of training iteration ``at`` (1-based)."""
+
+    def __init__(self, at, signum=signal.SIGTERM):
+        from mmengine.hooks import Hook
+        self.hook = type('SignalAt', (Hook, ), {
+            'before_train_iter': lambda hook, runner, batch_idx, data_batch=None:
+                os.kill(os.getpid(), signum) if runner.iter + 1 == at else None})()
+
+
+def _toy_runner(work_dir, train_cfg, checkpoint, signal_at):
+    """A real mmengine Runner on a linear model, in this process (no subprocess start-up)."""
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    class Toy(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, inputs, targets, mode='loss'):
+            return {'loss': ((self.fc(inputs).squeeze(1) - targets) ** 2).mean()}
+
+    data = [dict(inputs=torch.randn(4), targets=torch.randn(())) for _ in range(8)]
+    return Runner(
+        model=Toy(), work_dir=str(work_dir), train_cfg=train_cfg,
+        train_dataloader=dict(dataset=data, batch_size=2, sampler=dict(type='DefaultSampler', shuffle=False),
+                              collate_fn=dict(type='default_collate')),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+        default_hooks=dict(checkpoint=dict(type='vit_plugin.AtomicCheckpointHook', **checkpoint),
+                           preemption=dict(type='vit_plugin.PreemptionHook'), logger=None),
+        custom_hooks=[_SignalAt(signal_at).hook], default_scope='mmengine')
+
+
+@pytest.mark.parametrize('by_epoch', [False, True])
+def test_iteration_loop_stops_with_a_checkpoint_of_the_finished_iteration(tmp_path, by_epoch):
+    # Also with an epoch-counting checkpoint hook: the pre-emption checkpoint is named by iteration.
+    import vit_plugin  # noqa: F401
+    from vit_plugin.engine.preemption import TrainingPreempted
+    previous = signal.getsignal(signal.SIGTERM)
+    runner = _toy_runner(tmp_path, dict(type='IterBasedTrainLoop', max_iters=20),
+                         dict(by_epoch=by_epoch, interval=100), signal_at=6)
+    with pytest.raises(TrainingPreempted) as info:
+        runner.train()
+    assert info.value.code == EXIT_PREEMPTED and 'SIGTERM' in str(info.value)
+    hook = next(h for h in runner.hooks if isinstance(h, AtomicCheckpointHook))
+    assert hook.backend_args == dict(backend='vit_plugin_atomic_local')  # files written via atomic_write_bytes
+    assert signal.getsignal(signal.SIGTERM) is previous  # handlers restored
+    assert torch.load(tmp_path / 'iter_6.pth', weights_only=False)['meta']['iter'] == 6
+    assert find_resumable_checkpoint(str(tmp_path), warn=None) == str(tmp_path / 'iter_6.pth')
+    if not by_epoch:
+        assert sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth')) == ['iter_6.pth']
+        assert (tmp_path / 'last_checkpoint').read_text() == 'iter_6.pth'
+    # (An epoch-counting hook also writes its end-of-run epoch_1.pth in after_train, as mmengine's does.)
+
+
+def test_epoch_loop_stops_without_a_mid_epoch_checkpoint(tmp_path):
+    import vit_plugin  # noqa: F401
+    from vit_plugin.engine.preemption import TrainingPreempted
+    runner = _toy_runner(tmp_path, dict(by_epoch=True, max_epochs=5), dict(by_epoch=True, interval=1), signal_at=6)
+    with pytest.raises(TrainingPreempted):
+        runner.train()  # 4 iterations per epoch: stops after iteration 6, in epoch 2
+    assert runner.iter == 5  # the loop was left during iteration 6 (counted from 0: 5)
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth')) == ['epoch_1.pth']

@@ -1,0 +1,149 @@
+"""What a ViT state dict may carry besides weights, and the key names of other ViT implementations.
+
+This module is the one place both the models' loading hook (:mod:`vit_plugin.models.load_adapt`) and
+the converters (:mod:`vit_plugin.converters`) take key names from, so neither imports the other for
+them. It imports nothing from the rest of the package.
+
+Recorded fields (0-dim integer tensors, relative to the backbone): a tensor, not a string, survives
+every loader, key revision and ``weights_only`` load unchanged. The integer indexes a frozen table
+here, not a list that may grow elsewhere, so that a file written today decodes the same tomorrow.
+
+* :data:`MODE_KEY` -- the position-embedding resize the weights expect (``'official'`` for the
+  official JAX release). It overrides the model's ``pos_embed_load_mode``.
+* :data:`GELU_KEY` -- the GELU the weights were trained with, recorded when it is the tanh
+  approximation of the official Flax model (exact GELU, PyTorch's default, needs no record).
+"""
+import re
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+
+MODE_KEY = 'pos_embed_resize_mode'
+#: On-disk meaning of the integer under :data:`MODE_KEY` (append only, never reorder).
+RECORDED_RESIZE_MODES = ('official', 'bilinear', 'bicubic')
+
+GELU_KEY = 'gelu_approximate'
+#: On-disk meaning of the integer under :data:`GELU_KEY` (append only, never reorder).
+RECORDED_GELUS = ('none', 'tanh')
+
+#: Keys relative to the backbone that hold records, not weights.
+RECORD_KEYS = (MODE_KEY, GELU_KEY)
+
+
+def _encode(value: str, table: Sequence[str], key: str) -> torch.Tensor:
+    if value not in table:
+        raise ValueError(f'{key}: cannot record {value!r}; choose one of {tuple(table)}')
+    return torch.tensor(table.index(value), dtype=torch.long)
+
+
+def _decode(value, table: Sequence[str], key: str) -> str:
+    index = int(value) if torch.is_tensor(value) and value.numel() == 1 else -1
+    if not 0 <= index < len(table):
+        raise ValueError(f'{key}: expected a scalar index into {tuple(table)}, got {value!r}; the file was '
+                         f'written by a newer version or edited by hand. Delete the key to use the model\'s own '
+                         f'setting.')
+    return table[index]
+
+
+def encode_resize_mode(mode: str) -> torch.Tensor:
+    """The tensor stored under :data:`MODE_KEY` for ``mode``."""
+    return _encode(mode, RECORDED_RESIZE_MODES, MODE_KEY)
+
+
+def decode_resize_mode(value: torch.Tensor, key: str = MODE_KEY) -> str:
+    """Inverse of :func:`encode_resize_mode`; a clear error for anything else."""
+    return _decode(value, RECORDED_RESIZE_MODES, key)
+
+
+def encode_gelu(approximate: str) -> torch.Tensor:
+    """The tensor stored under :data:`GELU_KEY` for ``approximate`` ('none' or 'tanh')."""
+    return _encode(approximate, RECORDED_GELUS, GELU_KEY)
+
+
+def decode_gelu(value: torch.Tensor, key: str = GELU_KEY) -> str:
+    """Inverse of :func:`encode_gelu`; a clear error for anything else."""
+    return _decode(value, RECORDED_GELUS, key)
+
+
+def resize_mode_for(state_dict: Dict[str, torch.Tensor], prefix: str, fallback: str,
+                    override: Optional[str] = None, consume: bool = False,
+                    fallback_name: str = 'the default') -> Tuple[str, str]:
+    """The position-embedding resize to apply to a state dict, and where the choice came from.
+
+    The one rule every loading path and converter follows: an explicit ``override`` (the converter's
+    ``--pos-embed-mode``), else the mode the weights record under ``prefix + MODE_KEY`` (the file
+    knows how it was meant to be resized), else ``fallback`` (the model's ``pos_embed_load_mode``).
+
+    Args:
+        state_dict (dict): Incoming weights.
+        prefix (str): Key prefix of the backbone in ``state_dict``.
+        fallback (str): Mode when nothing else decides.
+        override (str, optional): Mode chosen explicitly by the caller. Defaults to None.
+        consume (bool): Remove the recorded key (a model consumes it; a converter keeps it). Defaults
+            to False.
+        fallback_name (str): What ``fallback`` is, for log lines. Defaults to 'the default'.
+
+    Returns:
+        tuple[str, str]: (mode, a few words saying where it came from, for log lines).
+    """
+    key = prefix + MODE_KEY
+    recorded = state_dict.pop(key, None) if consume else state_dict.get(key)
+    if override is not None:
+        return override, 'chosen explicitly'
+    if recorded is not None:
+        return decode_resize_mode(recorded, key), 'recorded in the checkpoint'
+    return fallback, fallback_name
+
+
+# ----------------------------------------------------------------------------------------- key names
+#: Our backbone keys (relative to the backbone); they equal timm's ``VisionTransformer`` keys.
+OURS_KEY_RE = re.compile(r'^(patch_embed\.proj\.(weight|bias)|cls_token|pos_embed|norm\.(weight|bias)|'
+                         r'blocks\.(\d+)\.(norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)\.(weight|bias))$')
+
+#: mmpretrain ``VisionTransformer`` name -> ours, backbone-relative, as templates: ``{i}`` is the
+#: block index; an entry ending in '.' renames a prefix, any other renames the whole key. The inverse
+#: direction is derived from the same pairs.
+MMPRETRAIN_NAMES = (
+    ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('layers.{i}.ln1.', 'blocks.{i}.norm1.'),
+    ('layers.{i}.attn.qkv.', 'blocks.{i}.attn.qkv.'),
+    ('layers.{i}.attn.proj.', 'blocks.{i}.attn.proj.'),
+    ('layers.{i}.ln2.', 'blocks.{i}.norm2.'),
+    ('layers.{i}.ffn.layers.0.0.', 'blocks.{i}.mlp.fc1.'),
+    ('layers.{i}.ffn.layers.1.', 'blocks.{i}.mlp.fc2.'),
+    ('ln1.', 'norm.'),
+    ('cls_token', 'cls_token'),
+    ('pos_embed', 'pos_embed'),
+)
+
+
+def _compile(pairs) -> Tuple[Tuple[re.Pattern, str], ...]:
+    table = []
+    for source, target in pairs:
+        pattern = re.escape(source).replace(re.escape('{i}'), r'(\d+)')
+        table.append((re.compile('^' + pattern + ('' if source.endswith('.') else '$')),
+                      target.replace('{i}', r'\1')))
+    return tuple(table)
+
+
+_FROM_MMPRETRAIN = _compile(MMPRETRAIN_NAMES)
+_TO_MMPRETRAIN = _compile((ours, theirs) for theirs, ours in MMPRETRAIN_NAMES)
+
+
+def _rename(key: str, table) -> Optional[str]:
+    for pattern, repl in table:
+        new, n = pattern.subn(repl, key, count=1)
+        if n:
+            return new
+    return None
+
+
+def mmpretrain_to_ours_key(key: str) -> Optional[str]:
+    """Our name for a backbone-relative mmpretrain ``VisionTransformer`` key (None if it has none)."""
+    new = _rename(key, _FROM_MMPRETRAIN)
+    return new if new is not None and OURS_KEY_RE.match(new) else None
+
+
+def ours_to_mmpretrain_key(key: str) -> Optional[str]:
+    """mmpretrain's name for one of our backbone-relative weight keys (None if it has none)."""
+    return _rename(key, _TO_MMPRETRAIN) if OURS_KEY_RE.match(key) else None

@@ -1,0 +1,205 @@
+"""Checkpoints that survive interruptions: atomic writes, a work-dir-relative ``last_checkpoint`` and a
+``--resume`` that skips damaged files.
+
+* :class:`AtomicCheckpointHook` (``type='vit_plugin.AtomicCheckpointHook'``) is mmengine's
+  ``CheckpointHook`` whose local files are written to ``<name>.part`` and renamed into place once
+  complete (:class:`AtomicLocalBackend`): a process killed while saving leaves the previous
+  checkpoints and at most a stale ``.part`` file, never a half-written ``iter_N.pth``. It records
+  ``last_checkpoint`` relative to the work dir, so a copied or moved work dir resumes from its own
+  files.
+* :func:`find_resumable_checkpoint` is what ``tools/train.py --resume`` (without a path) uses: the
+  newest checkpoint of the work dir whose file is intact, skipping (with a warning naming it) one that
+  is truncated or corrupt.
+"""
+import os
+import os.path as osp
+import re
+import zipfile
+from typing import Callable, List, Optional
+
+from mmengine.dist import is_main_process
+from mmengine.fileio import LocalBackend, register_backend
+from mmengine.fileio.io import _parse_uri_prefix
+from mmengine.hooks import CheckpointHook
+
+from vit_plugin.registry import HOOKS
+
+#: Name of the file in which mmengine's CheckpointHook records the newest checkpoint.
+LAST_CHECKPOINT = 'last_checkpoint'
+#: Suffix of a file being written; it is renamed to its final name only once complete.
+PARTIAL_SUFFIX = '.part'
+ATOMIC_BACKEND = 'vit_plugin_atomic_local'
+#: Periodic/last runner checkpoints (``iter_N.pth``, ``epoch_N.pth``); ``best_*`` files are not resume points.
+_CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+
+
+def atomic_write_bytes(data: bytes, path: str) -> None:
+    """Write ``data`` to ``path`` so that ``path`` is either its old content or complete new content.
+
+    The bytes go to ``path + '.part'`` in the same directory (a rename is atomic only within a file
+    system), are flushed to disk, and the file is renamed over ``path``; the directory entry is
+    flushed too, so the rename survives a power loss.
+    """
+    directory = osp.dirname(osp.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    partial = path + PARTIAL_SUFFIX
+    with open(partial, 'wb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. a file system that cannot open directories; the rename itself is done
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@register_backend(ATOMIC_BACKEND)
+class AtomicLocalBackend(LocalBackend):
+    """mmengine's local file backend whose ``put``/``put_text`` write atomically
+    (:func:`atomic_write_bytes`)."""
+
+    def put(self, obj: bytes, filepath) -> None:
+        atomic_write_bytes(obj, str(filepath))
+
+    def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
+        atomic_write_bytes(obj.encode(encoding), str(filepath))
+
+
+def write_last_checkpoint(work_dir: str, checkpoint: str) -> None:
+    """Record ``checkpoint`` in ``<work_dir>/last_checkpoint`` (atomically), relative to the work dir
+    when it lies inside it, so that a copy of the work dir points at its own file."""
+    work_dir = osp.abspath(work_dir)
+    path = osp.abspath(checkpoint)
+    if osp.commonpath([work_dir, path]) == work_dir:
+        path = osp.relpath(path, work_dir)
+    atomic_write_bytes(path.encode(), osp.join(work_dir, LAST_CHECKPOINT))
+
+
+def read_last_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint ``<work_dir>/last_checkpoint`` names, as a path that exists, or None.
+
+    A relative entry is resolved against ``work_dir``. An absolute entry (written by mmengine's own
+    CheckpointHook, or a checkpoint saved outside the work dir) whose file name also exists in
+    ``work_dir`` resolves to that local file: the work dir was copied or moved, and its own file is
+    the one to continue from, not the one at the old location.
+    """
+    record = osp.join(work_dir, LAST_CHECKPOINT)
+    if not osp.isfile(record):
+        return None
+    with open(record) as f:
+        entry = f.read().strip()
+    if not entry:
+        return None
+    if not osp.isabs(entry):
+        entry = osp.join(work_dir, entry)
+    local = osp.join(work_dir, osp.basename(entry.rstrip(os.sep)))
+    if osp.exists(local):
+        return local
+    return entry if osp.exists(entry) else None
+
+
+def checkpoint_candidates(work_dir: str) -> List[str]:
+    """Resume points of ``work_dir``, newest first: its ``iter_N.pth`` / ``epoch_N.pth`` files ordered by
+    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere."""
+    found = {}
+    if osp.isdir(work_dir):
+        for name in os.listdir(work_dir):
+            match = _CHECKPOINT_NAME.match(name)
+            path = osp.join(work_dir, name)
+            if match and osp.exists(path):
+                found[path] = int(match.group(2))
+    recorded = read_last_checkpoint(work_dir)
+    if recorded is not None and recorded not in found:
+        match = _CHECKPOINT_NAME.match(osp.basename(recorded))
+        found[recorded] = int(match.group(2)) if match else -1
+    return sorted(found, key=lambda p: (found[p], osp.getmtime(p)), reverse=True)
+
+
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why the checkpoint file ``path`` cannot be loaded, or None when it is intact.
+
+    PyTorch checkpoints are zip archives with a CRC-32 per record: reading the archive's directory
+    finds a truncated file, and checking every record's CRC finds corrupted bytes, without unpickling
+    anything (a read of the file, much cheaper than loading it twice). Files in another format are
+    loaded once to find out.
+    """
+    if osp.isdir(path):  # a sharded checkpoint (vit_plugin.engine.fsdp2): complete once renamed and marked
+        from vit_plugin.engine.fsdp2 import COMPLETE_MARKER, EXTRA_FILE
+        missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
+        return f'is an incomplete sharded checkpoint (no {" or ".join(missing)})' if missing else None
+    try:
+        with open(path, 'rb') as f:
+            magic = f.read(4)
+    except OSError as err:
+        return f'cannot be read ({err})'
+    if magic == b'PK\x03\x04':
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            return f'is truncated or not a complete zip archive ({err})'
+        except Exception as err:  # zlib errors of damaged compressed records, among others
+            return f'is corrupt ({type(err).__name__}: {err})'
+        return None if bad is None else f'is corrupt (record {bad!r} fails its CRC check)'
+    from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
+    try:
+        load_local_checkpoint(path, map_location='cpu')
+    except CheckpointError as err:
+        return f'cannot be loaded ({err})'
+    return None
+
+
+def find_resumable_checkpoint(work_dir: str, warn: Optional[Callable[[str], None]] = print) -> Optional[str]:
+    """The newest checkpoint of ``work_dir`` that is intact; None when the work dir holds none at all.
+
+    Args:
+        work_dir (str): The run's work dir.
+        warn (callable, optional): Receives one message per skipped checkpoint (None: silent).
+
+    Raises:
+        FileNotFoundError: the work dir has checkpoints, but none of them is intact (resuming from
+            nothing would silently restart the run).
+    """
+    candidates = checkpoint_candidates(work_dir)
+    skipped = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        skipped.append(f'{path} {problem}')
+        if warn is not None:
+            warn(f'WARNING: --resume skips checkpoint {path}: it {problem}. Trying the next older one.')
+    if skipped:
+        raise FileNotFoundError(
+            f'--resume found no intact checkpoint in {work_dir}: ' + '; '.join(skipped)
+            + '. Give an intact checkpoint explicitly with --resume PATH, or start again without --resume.')
+    return None
+
+
+@HOOKS.register_module()
+class AtomicCheckpointHook(CheckpointHook):
+    """mmengine's ``CheckpointHook`` with crash-safe files; takes the same arguments.
+
+    Local checkpoints are written through :class:`AtomicLocalBackend` (unless ``backend_args`` names
+    another backend) and ``last_checkpoint`` holds a path relative to the work dir
+    (:func:`write_last_checkpoint`).
+    """
+
+    def before_train(self, runner) -> None:
+        target = self.out_dir or runner.work_dir
+        if (self.backend_args is None and self.file_client_args is None
+                and _parse_uri_prefix(str(target)) == ''):
+            self.backend_args = dict(backend=ATOMIC_BACKEND)
+        super().before_train(runner)
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        super()._save_checkpoint_with_step(runner, step, meta)
+        if is_main_process() and _parse_uri_prefix(str(self.last_ckpt)) == '':
+            write_last_checkpoint(runner.work_dir, self.last_ckpt)

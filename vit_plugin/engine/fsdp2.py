@@ -1,0 +1,269 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) for mmengine's ``FlexibleRunner``, with sharded
+checkpoints through ``torch.distributed.checkpoint`` (DCP).
+
+``tools/train.py --fsdp`` selects :class:`FSDP2Strategy`. Every Transformer block (the units of
+:func:`vit_plugin.engine.fsdp.vit_block_wrap_policy`) and then the whole model are sharded over all
+processes: each process keeps ``1/world_size`` of every parameter, gradient and optimizer moment (as
+``DTensor`` shards) and gathers one block's full parameters at a time in the forward and backward
+passes. Unlike torch's FSDP1, FSDP2 runs on CPU hosts with the Gloo backend as well as on GPUs.
+
+A checkpoint is a directory ``iter_N.pth/`` (mmengine's checkpoint names are kept, so its hooks rotate
+and record it as usual) holding the DCP files, to which every process writes its own shards, and
+``extra.pth`` (iteration, schedulers, log history; written by rank 0). It is written to
+``iter_N.pth.part/`` and renamed once every process has finished, then the marker
+:data:`COMPLETE_MARKER` is added: a directory without it is incomplete and ``--resume`` skips it.
+DCP reshards on load, so a checkpoint resumes at another number of processes (also at one, where the
+model is not sharded). ``tools/consolidate_checkpoint.py`` turns it into an ordinary single-file
+checkpoint.
+"""
+import os
+import os.path as osp
+import shutil
+import time
+from typing import Callable, Optional, Union
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from mmengine.device import get_device
+from mmengine.dist import is_distributed, is_main_process
+from mmengine.registry import FUNCTIONS
+from mmengine._strategy import DDPStrategy
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+from vit_plugin.registry import STRATEGIES
+
+#: File marking a sharded checkpoint directory as complete (written last, by rank 0).
+COMPLETE_MARKER = '.complete'
+#: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
+EXTRA_FILE = 'extra.pth'
+
+
+def is_sharded_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a sharded (DCP) checkpoint directory written by :class:`FSDP2Strategy`."""
+    return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
+
+
+def _shard_placement(world_size: int) -> Callable:
+    """FSDP2 shards every parameter on dim 0 by default; the class token and the position embedding
+    have a leading dimension of 1, so one process would hold them whole. Shard those on their
+    largest dimension instead, so that every process holds about ``1/world_size`` of every tensor."""
+    from torch.distributed.tensor import Shard
+
+    def placement(param: nn.Parameter):
+        if param.dim() == 0 or param.shape[0] >= world_size:
+            return Shard(0)
+        return Shard(max(range(param.dim()), key=lambda d: param.shape[d]))
+    return placement
+
+
+def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
+    """Write the sharded checkpoint directory ``src`` as one ordinary checkpoint file ``dst``
+    (``{'meta', 'state_dict'}`` with full tensors, as a run without ``--fsdp`` writes it), for
+    evaluation, fine-tuning and ``tools/convert_checkpoint.py``. Runs in one process, no group needed.
+    The optimizer state is left out (resume from the sharded directory itself).
+
+    Returns:
+        dict: The consolidated checkpoint.
+    """
+    import io
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from vit_plugin.checkpoint.safe_load import safe_torch_load
+    from vit_plugin.engine.checkpointing import atomic_write_bytes, checkpoint_problem
+
+    problem = checkpoint_problem(src) if osp.isdir(src) else f'is not a sharded checkpoint directory'
+    if problem is not None:
+        raise ValueError(f'Cannot consolidate {src}: it {problem}.')
+    with tempfile.TemporaryDirectory(dir=osp.dirname(osp.abspath(dst)) or None) as tmp:
+        full = osp.join(tmp, 'full.pth')
+        dcp_to_torch_save(src, full)
+        tensors = safe_torch_load(full, map_location='cpu')
+    extra = safe_torch_load(osp.join(src, EXTRA_FILE), map_location='cpu')
+    meta = dict(extra.get('meta', {}), sharded=False, consolidated_from=osp.basename(osp.normpath(src)))
+    checkpoint = {'meta': meta, 'state_dict': tensors['model']}
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(buffer.getvalue(), dst)
+    return checkpoint
+
+
+def _barrier():
+    if is_distributed():
+        dist.barrier()
+
+
+@STRATEGIES.register_module()
+class FSDP2Strategy(DDPStrategy):
+    """Shard the model with FSDP2: one ``fully_shard`` unit per Transformer block, one for the rest.
+
+    Args:
+        wrap_policy (str | callable): Selects the modules sharded as their own unit, called as
+            ``policy(module, recurse=False, nonwrapped_numel=0)`` (the FSDP1 auto-wrap protocol).
+            Defaults to 'vit_plugin.vit_block_wrap_policy' (every ``EncoderBlock``).
+        mixed_precision (str, optional): 'bf16' computes with bf16 parameters and reduces gradients in
+            fp32 (``MixedPrecisionPolicy``), for GPUs; the sharded parameters and the optimizer stay
+            fp32. Defaults to None (fp32).
+        reshard_after_forward (bool): Free the gathered parameters of a unit after its forward pass
+            (gathered again for the backward): least memory. Defaults to True.
+        **kwargs: Passed to mmengine's ``DDPStrategy`` (``model_wrapper`` is not used).
+    """
+
+    def __init__(self, *, wrap_policy: Union[str, Callable] = 'vit_plugin.vit_block_wrap_policy',
+                 mixed_precision: Optional[str] = None, reshard_after_forward: bool = True, **kwargs):
+        kwargs.pop('model_wrapper', None)
+        super().__init__(**kwargs)
+        if isinstance(wrap_policy, str):
+            name = wrap_policy
+            wrap_policy = FUNCTIONS.get(name)
+            if wrap_policy is None:
+                raise ValueError(f'FSDP2Strategy(wrap_policy={name!r}): no such function is registered; '
+                                 f'use e.g. "vit_plugin.vit_block_wrap_policy".')
+        if mixed_precision not in (None, 'bf16'):
+            raise ValueError(f"FSDP2Strategy(mixed_precision={mixed_precision!r}): use None (fp32) or 'bf16'.")
+        self.wrap_policy = wrap_policy
+        self.mixed_precision = mixed_precision
+        self.reshard_after_forward = reshard_after_forward
+
+    # ----------------------------------------------------------------------------------- model
+    def _wrap_model(self, model: nn.Module) -> nn.Module:
+        model = model.to(get_device())
+        if not is_distributed():  # one process: nothing to shard; checkpoints still go through DCP
+            return model
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        device_type = 'cuda' if get_device() == 'cuda' else 'cpu'
+        mesh = init_device_mesh(device_type, (dist.get_world_size(), ))
+        options = dict(mesh=mesh, reshard_after_forward=self.reshard_after_forward,
+                       shard_placement_fn=_shard_placement(dist.get_world_size()))
+        if self.mixed_precision == 'bf16':
+            options['mp_policy'] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        units = [m for m in model.modules() if m is not model
+                 and self.wrap_policy(m, recurse=False, nonwrapped_numel=0)]
+        if not units:
+            self.logger.warning('FSDP2Strategy: the wrap policy selected no module; the model is sharded as '
+                                'one unit (all parameters are gathered at once).')
+        for unit in units:  # innermost first is not needed: the policy selects disjoint blocks
+            fully_shard(unit, **options)
+        fully_shard(model, **options)
+        self.logger.info(f'FSDP2: {len(units)} block units + the root, sharded over {dist.get_world_size()} '
+                         f'processes')
+        return model
+
+    def build_optim_wrapper(self, optim_wrapper, model=None):
+        """mmengine's optimizer wrapper, whose gradient clipping reports the global norm.
+
+        ``clip_grad_norm_`` already clips by the norm over all shards; the value it returns for
+        DTensor gradients is the per-process partial norm, which mmengine would log as ``grad_norm``.
+        """
+        wrapper = super().build_optim_wrapper(optim_wrapper, model)
+        clip = getattr(wrapper, 'clip_func', None)
+        if clip is torch.nn.utils.clip_grad_norm_:
+            def clip_global(params, **kwargs):
+                norm = clip(params, **kwargs)
+                return norm.full_tensor() if hasattr(norm, 'full_tensor') else norm
+            wrapper.clip_func = clip_global
+        return wrapper
+
+    # ----------------------------------------------------------------------------------- saving
+    def save_checkpoint(self, filename: str, *, save_optimizer: bool = True, save_param_scheduler: bool = True,
+                        extra_ckpt: Optional[dict] = None, callback: Optional[Callable] = None) -> None:
+        """Write the sharded checkpoint directory ``filename`` (every process writes its shards)."""
+        start = time.perf_counter()
+        optimizers = self.optim_wrapper.optimizer if save_optimizer and hasattr(self, 'optim_wrapper') else []
+        model_sd, optim_sd = get_state_dict(self.model, optimizers)
+        tensors = {'model': model_sd}
+        if save_optimizer and hasattr(self, 'optim_wrapper'):
+            tensors['optim'] = optim_sd
+        extra = dict(extra_ckpt or {})
+        extra.setdefault('meta', {}).update(seed=self.seed, sharded=True,
+                                            world_size=dist.get_world_size() if is_distributed() else 1)
+        if save_param_scheduler and hasattr(self, 'param_schedulers'):
+            extra['param_schedulers'] = self.scheduler_state_dict()
+        if callback is not None:
+            callback(extra)
+
+        partial = filename + '.part'
+        if is_main_process():
+            shutil.rmtree(partial, ignore_errors=True)  # debris of an earlier interrupted save
+            os.makedirs(partial)
+        _barrier()
+        dcp.save(tensors, checkpoint_id=partial)
+        if is_main_process():  # every shard is written (dcp.save returns after all processes finished)
+            torch.save(extra, osp.join(partial, EXTRA_FILE))
+            with open(osp.join(partial, COMPLETE_MARKER), 'w') as f:
+                f.write('complete\n')
+            if osp.exists(filename):
+                shutil.rmtree(filename)
+            os.replace(partial, filename)  # the commit: the final name only ever holds a complete save
+        _barrier()
+        self.logger.info(f'Saved sharded checkpoint {filename} in {time.perf_counter() - start:.2f} s')
+
+    # ----------------------------------------------------------------------------------- loading
+    def _load_sharded(self, filename: str, with_optimizer: bool) -> dict:
+        if not osp.isfile(osp.join(filename, COMPLETE_MARKER)):
+            raise FileNotFoundError(f'{filename} is an incomplete sharded checkpoint (no {COMPLETE_MARKER} '
+                                    f'marker: its save was interrupted); resume from an older one.')
+        from vit_plugin.checkpoint.safe_load import safe_torch_load
+        optimizers = self.optim_wrapper.optimizer if with_optimizer else []
+        model_sd, optim_sd = get_state_dict(self.model, optimizers)
+        tensors = {'model': model_sd}
+        if with_optimizer:
+            tensors['optim'] = optim_sd
+        dcp.load(tensors, checkpoint_id=filename)
+        set_state_dict(self.model, optimizers, model_state_dict=tensors['model'],
+                       optim_state_dict=tensors.get('optim', {}))
+        return safe_torch_load(osp.join(filename, EXTRA_FILE), map_location='cpu')
+
+    def load_checkpoint(self, filename: str, *, map_location='cpu', strict: bool = False,
+                        revise_keys: list = [(r'^module.', '')], callback: Optional[Callable] = None) -> dict:
+        """Load weights: a sharded checkpoint directory (resharded to this run) or an ordinary file."""
+        if not is_sharded_checkpoint(filename):
+            return super().load_checkpoint(filename, map_location=map_location, strict=strict,
+                                           revise_keys=revise_keys, callback=callback)
+        self.logger.info(f'Load sharded checkpoint from {filename}')
+        checkpoint = self._load_sharded(filename, with_optimizer=False)
+        if callback is not None:
+            callback(checkpoint)
+        return checkpoint
+
+    def load_model_state_dict(self, state_dict: dict, *, strict: bool = False,
+                              revise_keys: list = [(r'^module.', '')]) -> None:
+        """Load a full (unsharded) state dict, e.g. ``load_from`` an ordinary checkpoint, into the
+        sharded model: every process passes the full tensors and keeps its shard."""
+        if not is_distributed():
+            return super().load_model_state_dict(state_dict, strict=strict, revise_keys=revise_keys)
+        import re
+        for pattern, replacement in revise_keys:
+            state_dict = {re.sub(pattern, replacement, k): v for k, v in state_dict.items()}
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        set_model_state_dict(self.model, state_dict,
+                             options=StateDictOptions(full_state_dict=True, strict=strict))
+
+    def resume(self, filename: str, *, resume_optimizer: bool = True, resume_param_scheduler: bool = True,
+               map_location='default', callback: Optional[Callable] = None) -> dict:
+        """Resume weights, optimizer state (both resharded to this run), schedulers and the seed."""
+        if not is_sharded_checkpoint(filename):
+            raise ValueError(f'{filename} is not a sharded checkpoint directory; a run with --fsdp resumes '
+                             f'from the iter_N.pth/ directories it writes (load other weights with load_from).')
+        start = time.perf_counter()
+        self.logger.info(f'Resume sharded checkpoint from {filename}')
+        checkpoint = self._load_sharded(filename, with_optimizer=resume_optimizer)
+        if callback is not None:
+            callback(checkpoint)
+        if resume_param_scheduler and hasattr(self, 'param_schedulers') and 'param_schedulers' in checkpoint:
+            self.load_scheduler_state_dict(checkpoint.pop('param_schedulers'))
+        accumulative_counts = getattr(getattr(self, 'optim_wrapper', None), '_accumulative_counts', 1)
+        if accumulative_counts > 1:  # gradient accumulation restarts its count where the run stopped
+            self.optim_wrapper.initialize_count_status(self.model, checkpoint['meta']['iter'],
+                                                       self.dispatch_kwargs['max_iters'])
+        seed = checkpoint['meta'].get('seed')
+        if seed is not None and seed != self._randomness.get('seed'):
+            self._randomness.update(seed=seed)
+            self._set_randomness(**self._randomness)
+        self.logger.info(f'Resumed in {time.perf_counter() - start:.2f} s')
+        return checkpoint
