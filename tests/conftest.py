@@ -24,6 +24,6 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope='session')
 def digits_root(tmp_path_factory):
-    """The demo's digits dataset (1,797 32x32 PNGs), prepared once per test session."""
+    """The demo's digits dataset (1,797 32x32 PNGs), prepared once per pytest run."""
     from vit_plugin.datasets.digits import prepare_digits_dataset
     return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))

@@ -89,7 +89,7 @@ def progress(work_dir, rank=0):
 
 def signal_when(proc, work_dir, after_iters, target=None, signum=signal.SIGTERM, rank=0):
     """Wait until ``rank`` finished ``after_iters`` iterations, then send ``signum`` to ``target``:
-    'worker' (the process of ``rank``), 'group' (every process of ``proc``'s session) or, by default,
+    'worker' (the process of ``rank``), 'group' (every process of ``proc``'s process group) or, by default,
     ``proc`` itself; returns the subprocess's exit status and its output."""
     deadline = time.time() + 240
     while True:

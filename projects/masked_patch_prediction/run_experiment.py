@@ -29,6 +29,20 @@ HERE = osp.dirname(osp.abspath(__file__))
 ROOT = osp.dirname(osp.dirname(HERE))
 
 
+def _relative(path):
+    """A path inside the repository, relative to its root (results files are shared)."""
+    if isinstance(path, str) and osp.abspath(path).startswith(ROOT + os.sep):
+        return osp.relpath(osp.abspath(path), ROOT)
+    return path
+
+
+def _portable(results):
+    """``results`` with the recorded paths relative to the repository root."""
+    args = {k: _relative(v) for k, v in results['args'].items()}
+    mpp = dict(results['mpp'], checkpoint=_relative(results['mpp'].get('checkpoint')))
+    return dict(results, args=args, mpp=mpp)
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'mpp_experiment'))
@@ -205,7 +219,7 @@ def main():
         results['runs']['ft-mpp'].append(finetune(args, seed, results['mpp']['checkpoint']))
         results['runs']['scratch'].append(finetune(args, seed))
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
-        json.dump(results, f, indent=1)
+        json.dump(_portable(results), f, indent=1)
     plot(results, osp.join(args.work_dir, 'comparison.png'))
 
     if 'loss' in results['mpp']:

@@ -111,7 +111,7 @@ def safe_torch_load(filename: str, map_location: Any = 'cpu') -> Any:
             f'({detail}). Loading it could execute code from the file, so nothing from it was run. '
             f'If you trust this file, opt in for it alone with '
             f'`export {TRUST_ENV}={osp.realpath(filename)}`, or better, re-save only its tensors '
-            f'(torch.save(state_dict) from a trusted session) or convert it with '
+            f'(torch.save(state_dict) in a Python process you trust) or convert it with '
             f'tools/convert_checkpoint.py.') from None
     except (RuntimeError, EOFError, zipfile.BadZipFile) as err:
         raise CheckpointError(
