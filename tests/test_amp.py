@@ -1,6 +1,5 @@
 """bf16 mixed precision: the CPU path trains like fp32, keeps the sensitive ops in fp32, and
 ``--amp`` picks the right optimizer wrapper for each device."""
-import importlib.util
 import os.path as osp
 
 import pytest
@@ -10,10 +9,10 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 
+from helpers.common import REPO, load_tool
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
 from vit_plugin.engine.optimizers import use_mixed_precision
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # bf16 keeps 8 bits of mantissa (relative rounding 2**-9); over 20 AdamW steps of a 2-block ViT the
 # per-step losses of the two runs stay within this absolute distance (cross-entropy falls from
 # ~2.5 to ~0.1; the largest distance seen is 0.002).
@@ -127,16 +126,9 @@ def test_fp16_off_gpu_is_refused_with_the_fix():
         use_mixed_precision(dict(type='OptimWrapper'), 'fp16', 'cpu')
 
 
-def _train_tool():
-    spec = importlib.util.spec_from_file_location('train_tool', osp.join(REPO, 'tools', 'train.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU choice of --amp')
 def test_train_amp_flag_on_cpu(tmp_path):
-    tool = _train_tool()
+    tool = load_tool('train.py')
     cfg_file = osp.join(REPO, 'configs', 'vit_demo_digits.py')
     for flag in (['--amp', 'bf16'], ['--amp']):
         cfg = Config.fromfile(cfg_file)

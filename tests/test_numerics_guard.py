@@ -6,10 +6,8 @@ The in-process tests drive mmengine's ``OptimWrapper`` directly; the run tests g
 """
 import glob
 import json
-import os
 import os.path as osp
 import re
-import socket
 import subprocess
 import sys
 
@@ -17,28 +15,9 @@ import pytest
 import torch
 from mmengine.optim import OptimWrapper
 
-from vit_plugin.datasets.digits import prepare_digits_dataset
+from helpers.common import REPO, free_port, read_losses, run_env
 from vit_plugin.engine.hooks import NonFiniteGuard, NonFiniteGuardHook
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-
-
-def run_env():
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([REPO, osp.join(REPO, 'tests', 'helpers')]))
-    env.pop('PJRT_DEVICE', None)
-    return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def read_losses(work_dir, rank=0):
-    with open(osp.join(work_dir, f'losses_rank{rank}.json')) as f:
-        return {int(k): v for k, v in json.load(f).items()}
 
 
 def _wrapper(accumulative_counts=1, guard=True):
@@ -119,10 +98,6 @@ def test_bad_setting_names_the_key():
 
 
 # ---- Runs through the real tools -----------------------------------------------------------------
-
-@pytest.fixture(scope='module')
-def digits_root(tmp_path_factory):
-    return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))
 
 
 def guard_config(path, data_root, *, batch_size, nan=(), probe_iters=(), max_consecutive=3,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.common import HELPERS, REPO, free_port, read_losses
+from helpers.common import REPO, free_port, read_losses, run_env
 from vit_plugin.engine.checkpointing import (AtomicCheckpointHook, atomic_write_bytes, checkpoint_problem,
                                              find_resumable_checkpoint, read_last_checkpoint,
                                              write_last_checkpoint)
@@ -55,12 +55,6 @@ default_hooks = dict(logger=dict(interval=1),
 custom_hooks = [dict(type='LossRecorderHook'), dict(type='PacingHook', delay={delay})]
 """)
     return str(path)
-
-
-def run_env():
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]), PYTHON=sys.executable)
-    env.pop('PJRT_DEVICE', None)
-    return env
 
 
 def train_cmd(cfg, work_dir, *extra):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.common import HELPERS, REPO, free_port, read_losses
+from helpers.common import REPO, free_port, read_losses, run_env
 from vit_plugin.datasets.digits import prepare_digits_dataset
 
 pytestmark = pytest.mark.slow
@@ -43,13 +43,6 @@ custom_hooks = [dict(type='LossRecorderHook')] + (
     [dict(type='DropoutMaskRecorderHook')] if {drop_rate} > 0 else [])
 """)
     return str(path)
-
-
-def run_env():
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]),
-               PYTHON=sys.executable)
-    env.pop('PJRT_DEVICE', None)
-    return env
 
 
 def train(cfg, work_dir, *extra, timeout=300):

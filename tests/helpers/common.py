@@ -1,8 +1,10 @@
 """Functions shared by several test modules."""
 import importlib.util
 import json
+import os
 import os.path as osp
 import socket
+import sys
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 HELPERS = osp.join(REPO, 'tests', 'helpers')
@@ -29,3 +31,12 @@ def read_losses(work_dir, rank: int = 0) -> dict:
     """Iteration -> loss of ``rank``, as written by ``LossRecorderHook`` (loss_recorder.py)."""
     with open(osp.join(str(work_dir), f'losses_rank{rank}.json')) as f:
         return {int(k): v for k, v in json.load(f).items()}
+
+
+def run_env() -> dict:
+    """Environment of a training subprocess: one thread, the repository and these helpers importable
+    (``custom_imports``), ``PYTHON`` for the launch scripts, and no XLA device (plain CPU training)."""
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]),
+               PYTHON=sys.executable)
+    env.pop('PJRT_DEVICE', None)
+    return env

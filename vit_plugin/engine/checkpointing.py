@@ -131,9 +131,8 @@ def checkpoint_problem(path: str) -> Optional[str]:
     loaded once to find out.
     """
     if osp.isdir(path):  # a sharded checkpoint (vit_plugin.engine.fsdp2): complete once renamed and marked
-        from vit_plugin.engine.fsdp2 import COMPLETE_MARKER, EXTRA_FILE
-        missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
-        return f'is an incomplete sharded checkpoint (no {" or ".join(missing)})' if missing else None
+        from vit_plugin.engine.fsdp2 import sharded_checkpoint_problem
+        return sharded_checkpoint_problem(path)
     try:
         with open(path, 'rb') as f:
             magic = f.read(4)

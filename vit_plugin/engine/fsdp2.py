@@ -45,6 +45,15 @@ def is_sharded_checkpoint(path: str) -> bool:
     return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
 
 
+def sharded_checkpoint_problem(path: str) -> Optional[str]:
+    """Why the sharded checkpoint directory ``path`` cannot be resumed from, or None when complete."""
+    missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
+    if missing:
+        return (f'is an incomplete sharded checkpoint (no {" or ".join(missing)}: its save was '
+                f'interrupted)')
+    return None
+
+
 def _shard_placement(world_size: int) -> Callable:
     """FSDP2 shards every parameter on dim 0 by default; the class token and the position embedding
     have a leading dimension of 1, so one process would hold them whole. Shard those on their
@@ -205,9 +214,9 @@ class FSDP2Strategy(DDPStrategy):
 
     # ----------------------------------------------------------------------------------- loading
     def _load_sharded(self, filename: str, with_optimizer: bool) -> dict:
-        if not osp.isfile(osp.join(filename, COMPLETE_MARKER)):
-            raise FileNotFoundError(f'{filename} is an incomplete sharded checkpoint (no {COMPLETE_MARKER} '
-                                    f'marker: its save was interrupted); resume from an older one.')
+        problem = sharded_checkpoint_problem(filename)
+        if problem is not None:
+            raise FileNotFoundError(f'{filename} {problem}; resume from an older one.')
         from vit_plugin.checkpoint.safe_load import safe_torch_load
         optimizers = self.optim_wrapper.optimizer if with_optimizer else []
         model_sd, optim_sd = get_state_dict(self.model, optimizers)
