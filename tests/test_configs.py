@@ -73,6 +73,10 @@ EXPECTED_PARAMS = {
     'vit_b16_mpp_in1k.py': vit_params('b', 16, 224) + 768 + head_params(768, 512),
     'vit_b16_mpp_in1k_4x4.py': vit_params('b', 16, 224) + 768 + head_params(768, 16 * 512),
     'vit_b16_mpp_in1k_l2.py': vit_params('b', 16, 224) + 768 + head_params(768, 16 * 16 * 3),
+    # MPP of the shapes detector's ViT (D=96, 4 blocks, MLP 384, 8x8 patches of 160x160 inputs) with its
+    # relative position tables (3 heads of 32 channels; 2 x (2 x 5 - 1) rows in the two 5x5-windowed
+    # blocks, 2 x (2 x 20 - 1) in the two global ones), the [mask] embedding and the 512-colour layer
+    'mpp_vit_tiny_shapes.py': vit_params((96, 4, 384), 8, 160) + 2 * 2 * (9 + 39) * 32 + 96 + head_params(96, 512),
     # the demo: D=128, 4 blocks, MLP 256, 8x8 patches of 32x32 digits, 10 classes
     'vit_demo_digits.py': vit_params((128, 4, 256), 8, 32, 10),
     '_base_/models/vit_ti16.py': vit_params('ti', 16, 224, IN21K, PRE_LOGITS),

@@ -24,7 +24,7 @@ CONFIGS = osp.join(ROOT, 'configs')
 TINY = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_dims=96)
 DETECTION_CONFIGS = ['mask_rcnn_vit_b16_fpn_1x_coco.py', 'faster_rcnn_vit_b16_fpn_1x_coco.py',
                      'retinanet_vit_b16_fpn_1x_coco.py', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py',
-                     'mask_rcnn_vit_tiny_simplefpn_shapes.py']
+                     'mask_rcnn_vit_tiny_simplefpn_shapes.py', 'mask_rcnn_vit_tiny_simplefpn_shapes_ft-mpp.py']
 
 
 # ---------------------------------------------------------------------------------------------- windows

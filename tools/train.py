@@ -6,7 +6,8 @@
 
 Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP).
 TPUs: ``PJRT_DEVICE=TPU python tools/train.py CONFIG --launcher xla`` (one process per device;
-``--amp`` means bf16 there). See the README section on torch_xla.
+``--amp`` means bf16 there); add ``--xla-spmd`` for one process per host with the batch and the
+weights split over a device mesh. See the README section on torch_xla.
 ``--amp bf16`` trains in bf16 on any device: mmengine's AmpOptimWrapper on GPUs, bf16 autocast on
 CPU (vit_plugin.CPUAmpOptimWrapper), XLA autocast on TPUs.
 SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and exit status 75
@@ -46,6 +47,9 @@ def parse_args(argv=None):
                         help='shard parameters, gradients and optimizer state with FSDP2 (fully_shard '
                         'per Transformer block) instead of replicating them with DDP; sharded '
                         'checkpoints (tools/consolidate_checkpoint.py makes one file of them)')
+    parser.add_argument('--xla-spmd', action='store_true',
+                        help='with --launcher xla: one process drives all devices of the host (SPMD); '
+                        'the batch and the parameters are split over one device mesh (FSDPv2)')
     parser.add_argument('--no-validate', action='store_true', help='skip validation during training')
     parser.add_argument('--no-pin-memory', action='store_true', help='do not pin data-loader memory')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
@@ -70,6 +74,8 @@ def setup_launcher(cfg, args) -> int:
     from vit_plugin.engine.global_batch import world_size_from_env
 
     cfg.launcher = args.launcher
+    if args.xla_spmd and args.launcher != 'xla':
+        raise SystemExit('--xla-spmd needs --launcher xla.')
     if args.launcher == 'none':
         return 1
     if args.launcher == 'xla':
@@ -77,7 +83,7 @@ def setup_launcher(cfg, args) -> int:
             raise SystemExit('--fsdp is not available with --launcher xla (XLA replicates the model '
                              'and all-reduces gradients in the optimizer step).')
         from vit_plugin.xla import to_xla_config
-        to_xla_config(cfg)  # fail here, before any process starts, if the config cannot run on XLA
+        to_xla_config(cfg, spmd=args.xla_spmd)  # fail here, before any process starts, if it cannot run
         return None  # torch_xla.launch starts one process per device; they know the world size
     if not torch.cuda.is_available():
         cfg.env_cfg.setdefault('dist_cfg', {})['backend'] = 'gloo'
@@ -187,7 +193,7 @@ def main(argv=None):
     try:
         if world_size is None:
             from vit_plugin.xla import launch_training
-            launch_training(cfg, prepare=apply_global_batch_size)
+            launch_training(cfg, prepare=apply_global_batch_size, spmd=args.xla_spmd)
             return
         runner = build_runner(cfg)
         runner.train()

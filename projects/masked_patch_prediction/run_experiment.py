@@ -1,22 +1,24 @@
-"""Masked patch prediction on the embedded digits: MPP pre-training -> fine-tuning vs training from scratch.
+"""The MPP study on the embedded digits, in one command: does masked patch prediction pay off?
 
-Runs, in one process and with the configs next to this file:
+1. **Pre-training.** MPP (the paper's objective: 50 % of the patches corrupted, 3-bit mean colour
+   targets) of the tiny ViT on the digits' training split without labels, once per seed. Recorded: the
+   loss curve against the colour-frequency floor (the best guess that sees nothing), and the loss on
+   the same test patches with the neighbours visible and with the whole image masked.
+2. **Label efficiency.** For every seed and 1, 5, 10, 25 labelled images per class and all labels:
+   supervised training from the MPP backbone and from random initialisation with the same recipe and
+   number of iterations (the subsets are class-balanced, seeded and nested: ``LabelSubsetDataset``),
+   plus the paper's closed-form few-shot probe of the frozen features.
+3. **Ablations** (seed 0, judged by the few-shot probe as in the paper's Appendix B.1.2): the three
+   targets (3-bit mean colour, 4x4 grid of 3-bit colours, L2 on the pixels) and 15 % vs 50 %
+   corruption.
 
-1. MPP pre-training of the tiny ViT on the digits' training split (labels unused);
-2. for every seed, supervised training with the *same* recipe and budget from (a) the MPP backbone and
-   (b) random initialisation, evaluating test top-1 along the way;
-3. few-shot linear evaluation (the paper's closed-form ridge regression, ``vit_plugin.evaluation``) of
-   frozen features of the MPP backbone and of a randomly initialised one;
+Writes ``results.json`` (relative paths only), ``label_efficiency.png``, ``pretraining.png`` and
+``predictions.png`` into the work directory and prints the tables::
 
-and writes ``results.json`` and ``comparison.png`` into the work directory. Rerun with::
-
-    python projects/masked_patch_prediction/run_experiment.py --work-dir work_dirs/mpp_experiment
-
-The defaults are what projects/masked_patch_prediction/README.md reports; larger budgets
-(``--mpp-iters``, ``--ft-iters``, more ``--seeds``) only need more time.
+    python projects/masked_patch_prediction/run_experiment.py                    # the README's numbers
+    python projects/masked_patch_prediction/run_experiment.py --budget toy       # seconds, for tests
 """
 import argparse
-import glob
 import json
 import os
 import os.path as osp
@@ -25,215 +27,135 @@ import time
 import numpy as np
 import torch
 
-HERE = osp.dirname(osp.abspath(__file__))
-ROOT = osp.dirname(osp.dirname(HERE))
+import study
+from study import ROOT, mean_std
 
+#: ``full`` is what the README reports; ``toy`` runs every step with a few iterations (tests).
+BUDGETS = dict(
+    full=dict(mpp_iters=3000, ft_iters=300, seeds=[0, 1, 2], labels=[1, 5, 10, 25, None], shots=[1, 5, 10, 25]),
+    toy=dict(mpp_iters=4, ft_iters=3, seeds=[0], labels=[1, None], shots=[1, 2]),
+)
 
-def _relative(path):
-    """A path inside the repository, relative to its root (results files are shared)."""
-    if isinstance(path, str) and osp.abspath(path).startswith(ROOT + os.sep):
-        return osp.relpath(osp.abspath(path), ROOT)
-    return path
-
-
-def _portable(results):
-    """``results`` with the recorded paths relative to the repository root."""
-    args = {k: _relative(v) for k, v in results['args'].items()}
-    mpp = dict(results['mpp'], checkpoint=_relative(results['mpp'].get('checkpoint')))
-    return dict(results, args=args, mpp=mpp)
+#: The paper's ablations, as overrides of the MPP config's model (the first is the main objective).
+VARIANTS = {
+    'mean colour, 50%': {},
+    '4x4 colours, 50%': dict(head=dict(target='downsized_4x4_3bit')),
+    'pixels L2, 50%': dict(head=dict(target='pixel_l2')),
+    'mean colour, 15%': dict(corrupt_ratio=0.15),
+}
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'mpp_experiment'))
+    parser.add_argument('--budget', choices=sorted(BUDGETS), default='full')
+    parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs', 'mpp_study'))
     parser.add_argument('--data-root', default=osp.join(ROOT, 'data', 'digits'))
-    parser.add_argument('--mpp-iters', type=int, default=200, help='MPP pre-training iterations (batch 64)')
-    parser.add_argument('--ft-iters', type=int, default=100, help='supervised iterations per run (batch 64)')
-    parser.add_argument('--val-interval', type=int, default=25)
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0])
-    parser.add_argument('--shots', type=int, nargs='+', default=[1, 5, 10, 25])
-    parser.add_argument('--mpp-checkpoint', help='reuse this MPP checkpoint instead of pre-training again '
-                        '(e.g. to add seeds); the MPP loss curve is then not part of the results')
+    parser.add_argument('--skip-ablations', action='store_true', help='only pre-training and label efficiency')
     return parser.parse_args()
 
 
-def _schedule(cfg, iters, warmup):
-    cfg.train_cfg.max_iters = iters
-    cfg.param_scheduler[0].end = cfg.param_scheduler[1].begin = warmup
-    cfg.param_scheduler[1].end = iters
-    cfg.default_hooks.checkpoint.interval = iters
+def pretraining(args, budget, results):
+    """Main objective once per seed: curves, context use, few-shot probe against random init."""
+    entries, models = [], {}
+    for seed in budget['seeds']:
+        run = study.pretrain_mpp(args.work_dir, args.data_root, budget['mpp_iters'], seed=seed, name=f'mpp-seed{seed}')
+        models[seed] = run
+        entries.append(dict(seed=seed, loss=run['loss'], seconds=run['seconds'], checkpoint=run['checkpoint'],
+                            context=study.context_use(run['model'], args.data_root, seed=seed)))
+    floor = study.marginal_entropy(args.data_root, run['model'].backbone.patch_size)
+    results['pretraining'] = dict(iters=budget['mpp_iters'], marginal_entropy=floor, runs=entries)
+    return models
 
 
-def _run(cfg, name, work_dir):
-    from mmengine.runner import Runner
-    cfg.work_dir = osp.join(work_dir, name)
-    cfg.experiment_name = name  # one logger per run inside this process
-    runner = Runner.from_cfg(cfg)
-    start = time.time()
-    runner.train()
-    return runner, time.time() - start
+def probes(args, budget, models, results):
+    """Few-shot probe of the frozen MPP backbones (one per pre-training seed) and of random inits."""
+    shots = budget['shots']
+    out = {'mpp': {}, 'random_init': {}}
+    for seed, run in models.items():
+        out['mpp'][seed] = study.fewshot_probe(run['model'].backbone, args.data_root, shots, [seed])
+        rand = study.random_backbone(run['config'].model, seed)
+        out['random_init'][seed] = study.fewshot_probe(rand, args.data_root, shots, [seed])
+    results['fewshot'] = {name: {k: mean_std([per_seed[s][k]['mean'] for s in per_seed]) for k in map(str, shots)}
+                          for name, per_seed in out.items()}
 
 
-def pretrain(args):
-    from mmengine.config import Config
-    cfg = Config.fromfile(osp.join(HERE, 'configs', 'mpp_tiny-vit_digits.py'))
-    _schedule(cfg, args.mpp_iters, max(1, args.mpp_iters // 15))
-    cfg.train_dataloader.dataset.data_root = args.data_root
-    cfg.train_dataloader.num_workers = 0
-    cfg.randomness = dict(seed=0)
-    runner, seconds = _run(cfg, 'mpp', args.work_dir)
-    hub = runner.message_hub
-    ckpt = osp.join(cfg.work_dir, f'iter_{args.mpp_iters}.pth')
-    return dict(loss=[float(v) for v in hub.get_scalar('train/loss').data[0]],
-                acc=[float(v) for v in hub.get_scalar('train/acc').data[0]], seconds=seconds,
-                checkpoint=ckpt), runner.model
+def label_efficiency(args, budget, models, results):
+    table = {'mpp': {}, 'scratch': {}}
+    for labels in budget['labels']:
+        key = str(labels or 'all')
+        for arm in table:
+            runs = [study.finetune(args.work_dir, args.data_root, budget['ft_iters'], seed, labels,
+                                   checkpoint=models[seed]['checkpoint'] if arm == 'mpp' else None)
+                    for seed in budget['seeds']]
+            table[arm][key] = dict(mean_std([r['top1'] for r in runs]), train_images=runs[0]['train_images'],
+                                   seconds=float(np.mean([r['seconds'] for r in runs])))
+    results['label_efficiency'] = dict(ft_iters=budget['ft_iters'], top1=table)
 
 
-def load_pretrained(args):
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
-    from mmpretrain.registry import MODELS
-    init_default_scope('mmpretrain')
-    model = MODELS.build(Config.fromfile(osp.join(HERE, 'configs', 'mpp_tiny-vit_digits.py')).model)
-    load_checkpoint(model, args.mpp_checkpoint, map_location='cpu')
-    return dict(checkpoint=args.mpp_checkpoint), model
-
-
-def finetune(args, seed, mpp_checkpoint=None):
-    from mmengine.config import Config
-    name = 'ft-mpp' if mpp_checkpoint else 'scratch'
-    cfg = Config.fromfile(osp.join(HERE, 'configs', 'tiny-vit_digits_ft-mpp.py' if mpp_checkpoint
-                                   else 'tiny-vit_digits_scratch.py'))
-    if mpp_checkpoint:
-        cfg.model.backbone.init_cfg.checkpoint = mpp_checkpoint
-    _schedule(cfg, args.ft_iters, max(1, args.ft_iters // 10))
-    cfg.train_cfg.val_interval = args.val_interval
-    for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
-        loader.dataset.data_root = args.data_root
-        loader.num_workers = 0
-    cfg.randomness = dict(seed=seed)
-    runner, seconds = _run(cfg, f'{name}-seed{seed}', args.work_dir)
-    top1 = [float(v) for v in runner.message_hub.get_scalar('val/accuracy/top1').data[0]]
-    steps = list(range(args.val_interval, args.ft_iters + 1, args.val_interval))
-    return dict(steps=steps, top1=top1[-len(steps):], seconds=seconds)
-
-
-def _load_split(data_root, split):
-    from PIL import Image
-    images, labels = [], []
-    for path in sorted(glob.glob(osp.join(data_root, split, '*', '*.png'))):
-        images.append(np.asarray(Image.open(path).convert('RGB')))
-        labels.append(int(osp.basename(osp.dirname(path))))
-    pixels = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
-    return (pixels - 127.5) / 127.5, np.array(labels)  # the configs' normalisation
-
-
-@torch.no_grad()
-def _features(backbone, images):
-    backbone.eval()
-    feats = [backbone.forward_features(chunk) for chunk in images.split(256)]
-    tokens = torch.cat(feats)
-    # MPP never trains the class token directly, so the mean patch token is its natural summary.
-    return tokens[:, backbone.num_prefix_tokens:].mean(dim=1).numpy()
-
-
-def fewshot(args, mpp_model):
-    from mmpretrain.registry import MODELS
-    from vit_plugin.evaluation.fewshot import fewshot_linear_eval, format_results
-    train_x, train_y = _load_split(args.data_root, 'train')
-    test_x, test_y = _load_split(args.data_root, 'test')
-    torch.manual_seed(0)
-    random_backbone = MODELS.build(dict(type='vit_plugin.ViT', arch=dict(mpp_model.backbone.arch_settings),
-                                        img_size=mpp_model.backbone.img_size,
-                                        patch_size=mpp_model.backbone.patch_size))
-    random_backbone.init_weights()
+def ablations(args, budget, models, results):
+    """Every variant pre-trained with seed 0 and probed with three draws of the shots."""
+    draws = [0, 1, 2] if len(budget['seeds']) > 1 else [0]
     out = {}
-    for name, backbone in (('mpp', mpp_model.backbone), ('random_init', random_backbone)):
-        results = fewshot_linear_eval(_features(backbone, train_x), train_y, _features(backbone, test_x), test_y,
-                                      shots=args.shots, seed=0, num_classes=10)
-        out[name] = format_results(results)
-    return out
+    for i, (name, overrides) in enumerate(VARIANTS.items()):
+        run = models[0] if i == 0 else study.pretrain_mpp(args.work_dir, args.data_root, budget['mpp_iters'], seed=0,
+                                                            name=f'ablation-{i}', **overrides)
+        out[name] = dict(overrides=overrides, final_loss=float(np.mean(run['loss'][-max(1, len(run['loss']) // 20):])),
+                         seconds=run['seconds'],
+                         fewshot=study.fewshot_probe(run['model'].backbone, args.data_root, budget['shots'], draws))
+    results['ablations'] = dict(probe_draws=draws, variants=out)
 
 
-def _plot_loss(ax, results):
-    loss = np.array(results['mpp']['loss'])
-    window = max(1, len(loss) // 40)
-    smooth = np.convolve(loss, np.ones(window) / window, mode='valid')
-    ax.plot(np.arange(len(smooth)) + window, smooth, color='tab:purple', label='MPP loss (train)')
-    ax.axhline(results['marginal_entropy'], color='gray', ls='--',
-               label=f'colour prior only ({results["marginal_entropy"]:.2f})')
-    ax.set(xlabel='pre-training iteration', ylabel='cross-entropy (nats)', title='MPP pre-training',
-           ylim=(0, min(7, float(loss.max()) + 0.2)))
-    ax.legend()
-
-
-def plot(results, path):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    with_loss = 'loss' in results['mpp']
-    fig, axes = plt.subplots(1, 2 if with_loss else 1, figsize=(10 if with_loss else 5, 3.8), squeeze=False)
-    ax_acc = axes[0, -1]
-    if with_loss:
-        _plot_loss(axes[0, 0], results)
-    for name, color in (('ft-mpp', 'tab:purple'), ('scratch', 'tab:orange')):
-        runs = results['runs'][name]
-        acc = np.array([r['top1'] for r in runs])
-        steps = runs[0]['steps']
-        label = 'MPP init' if name == 'ft-mpp' else 'random init'
-        ax_acc.plot(steps, acc.mean(0), marker='o', color=color, label=f'{label} (mean of {len(runs)})')
-        if len(runs) > 1:
-            ax_acc.fill_between(steps, acc.min(0), acc.max(0), color=color, alpha=0.2)
-    ax_acc.set(xlabel='supervised iteration (batch 64)', ylabel='test top-1 (%)',
-               title='digits: fine-tuning vs scratch, same recipe')
-    ax_acc.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def marginal_entropy(data_root, patch_size):
-    """Cross-entropy of the best context-free guess: the colour-class frequencies of the training set."""
-    from vit_plugin.models.selfsup.targets import mean_color_target
-    images, _ = _load_split(data_root, 'train')
-    target = mean_color_target(images * 127.5 + 127.5, patch_size).flatten()
-    freq = torch.bincount(target, minlength=512).double()
-    freq = freq[freq > 0] / freq.sum()
-    return float(-(freq * freq.log()).sum())
+def print_tables(results):
+    pre = results['pretraining']
+    print(f"\nMPP pre-training, {pre['iters']} iterations; colour-frequency floor {pre['marginal_entropy']:.3f} nats")
+    for run in pre['runs']:
+        tail = run['loss'][-max(1, len(run['loss']) // 20):]
+        print(f"  seed {run['seed']}: final loss {np.mean(tail):.3f}; test patches with neighbours visible "
+              f"{run['context']['neighbours_visible']:.3f} vs whole image masked {run['context']['all_masked']:.3f}; "
+              f"{run['seconds']:.0f} s")
+    eff = results['label_efficiency']['top1']
+    print('\nTest top-1 (%), fine-tuned (mean +- std over seeds)\nlabels/class  ' +
+          '  '.join(f'{k:>13}' for k in eff['mpp']))
+    for arm in eff:
+        print(f'{arm:<13} ' + '  '.join(f"{v['mean']:6.2f} +- {v['std']:4.2f}" for v in eff[arm].values()))
+    print('\nFew-shot probe of frozen features, test top-1 (%)')
+    for name, per_shot in results['fewshot'].items():
+        print(f'{name:<13} ' + '  '.join(f"{k}-shot {v['mean']:6.2f} +- {v['std']:4.2f}" for k, v in per_shot.items()))
+    if 'ablations' in results:
+        print('\nAblations (seed 0; few-shot probe over draws)')
+        for name, v in results['ablations']['variants'].items():
+            print(f'{name:<18} loss {v["final_loss"]:.3f}  ' + '  '.join(
+                f"{k}-shot {s['mean']:6.2f} +- {s['std']:4.2f}" for k, s in v['fewshot'].items()))
 
 
 def main():
     args = parse_args()
+    budget = BUDGETS[args.budget]
     import vit_plugin  # noqa: F401  (registers components; the runners import it again via custom_imports)
     from vit_plugin.datasets.digits import prepare_digits_dataset
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(args.work_dir, exist_ok=True)
     prepare_digits_dataset(args.data_root, img_size=32)
-
-    results = dict(args=vars(args))
-    results['mpp'], mpp_model = load_pretrained(args) if args.mpp_checkpoint else pretrain(args)
-    results['marginal_entropy'] = marginal_entropy(args.data_root, mpp_model.backbone.patch_size)
-    results['fewshot'] = fewshot(args, mpp_model)
-    results['runs'] = {'ft-mpp': [], 'scratch': []}
-    for seed in args.seeds:
-        results['runs']['ft-mpp'].append(finetune(args, seed, results['mpp']['checkpoint']))
-        results['runs']['scratch'].append(finetune(args, seed))
+    start = time.time()
+    results = dict(budget=args.budget, settings={k: v for k, v in budget.items()})
+    models = pretraining(args, budget, results)
+    probes(args, budget, models, results)
+    label_efficiency(args, budget, models, results)
+    if not args.skip_ablations:
+        ablations(args, budget, models, results)
+    results['seconds'] = time.time() - start
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
-        json.dump(_portable(results), f, indent=1)
-    plot(results, osp.join(args.work_dir, 'comparison.png'))
+        json.dump(study.portable(results), f, indent=1)
 
-    if 'loss' in results['mpp']:
-        tail = max(1, len(results['mpp']['loss']) // 10)
-        print(f"MPP: loss {np.mean(results['mpp']['loss'][:10]):.3f} (first 10 iters) -> "
-              f"{np.mean(results['mpp']['loss'][-tail:]):.3f} (last {tail}); colour prior only "
-              f"{results['marginal_entropy']:.3f}; {results['mpp']['seconds']:.0f} s")
-    for name, runs in results['runs'].items():
-        finals = [r['top1'][-1] for r in runs]
-        print(f'{name}: final test top-1 {np.mean(finals):.2f} (runs: {finals}); curve '
-              f"{np.mean([r['top1'] for r in runs], 0).round(2).tolist()} at {runs[0]['steps']}")
-    for name, res in results['fewshot'].items():
-        print(f'few-shot linear, {name}: {res}')
-    print(f'written: {args.work_dir}/results.json, comparison.png')
+    import plots
+    plots.label_efficiency(results, osp.join(args.work_dir, 'label_efficiency.png'))
+    plots.pretraining(results, osp.join(args.work_dir, 'pretraining.png'))
+    import visualize
+    visualize.render(models[budget['seeds'][0]]['checkpoint'], osp.join(args.work_dir, 'predictions.png'),
+                     data_root=args.data_root)
+    print_tables(results)
+    print(f"\nwritten: {study.relative(args.work_dir)}/results.json, label_efficiency.png, pretraining.png, "
+          f"predictions.png; {results['seconds'] / 60:.1f} min")
 
 
 if __name__ == '__main__':

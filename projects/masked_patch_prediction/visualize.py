@@ -48,6 +48,12 @@ def patch_pixels(values: torch.Tensor, kind: str, patch_size, channels: int = 3,
 
 def main():
     args = parse_args()
+    render(args.checkpoint, args.out, config=args.config, data_root=args.data_root, num=args.num, seed=args.seed)
+
+
+def render(checkpoint, out_path, config=osp.join(HERE, 'configs', 'mpp_tiny-vit_digits.py'),
+           data_root=osp.join(ROOT, 'data', 'digits'), num=6, seed=0):
+    """Draw the prediction picture of an MPP checkpoint into ``out_path`` (PNG)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -63,20 +69,20 @@ def main():
     from vit_plugin.models.selfsup.corruption import ACTION_KEEP, ACTION_MASK, ACTION_RANDOM, sample_corruption
 
     init_default_scope('mmpretrain')
-    cfg = Config.fromfile(args.config)
+    cfg = Config.fromfile(config)
     model = MODELS.build(cfg.model)
-    load_checkpoint(model, args.checkpoint, map_location='cpu')
+    load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
-    prepare_digits_dataset(args.data_root, img_size=32)
+    prepare_digits_dataset(data_root, img_size=32)
 
-    paths = [sorted(glob_split(args.data_root, cls))[0] for cls in range(args.num)]
+    paths = [sorted(glob_split(data_root, cls))[0] for cls in range(num)]
     bgr = torch.from_numpy(np.stack([np.asarray(Image.open(p).convert('RGB'))[..., ::-1].copy() for p in paths]))
     inputs = model.data_preprocessor(dict(inputs=bgr.permute(0, 3, 1, 2), data_samples=None))['inputs']
     B = inputs.shape[0]
     ph, pw = model.backbone.patch_size
     h, w = inputs.shape[2] // ph, inputs.shape[3] // pw
     plan = sample_corruption(B, h * w, model.corrupt_ratio, model.mask_prob, model.random_prob, model.random_source,
-                             generator=torch.Generator().manual_seed(args.seed))
+                             generator=torch.Generator().manual_seed(seed))
     out = model.predict_corrupted(inputs, plan)
     kind = model.head.target
     pred = out['pred'].argmax(-1) if model.head.is_classification else out['pred']
@@ -117,8 +123,8 @@ def main():
                 ax.add_patch(Rectangle((c * pw - .5, r * ph - .5), pw, ph, fill=False, lw=1, ec=color))
     fig.suptitle('MPP on test digits (red: [mask], blue: random other patch, green: kept)', fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f'written: {args.out}')
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
 
 
 def glob_split(data_root, cls, split='test'):

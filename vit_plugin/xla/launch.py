@@ -38,7 +38,7 @@ def _xla_loop(loop: dict, default: str, table: dict, key: str) -> dict:
     return loop
 
 
-def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False) -> Config:
+def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False) -> Config:
     """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner.
 
     Sets ``runner_type='FlexibleRunner'`` and ``strategy=vit_plugin.XLAStrategy``, swaps the
@@ -51,6 +51,8 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False) -> Con
         launcher (str): ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'`` (this process only, no
             process group). Defaults to ``'xla'``.
         bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
+        spmd (bool): One process for all devices, batch and parameters split over a device mesh
+            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
 
     Returns:
         Config: The converted config.
@@ -65,6 +67,8 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False) -> Con
                          'from the config (the XLA launcher sets vit_plugin.XLAStrategy).')
     cfg.runner_type = 'FlexibleRunner'
     cfg.strategy = dict(strategy, type='vit_plugin.XLAStrategy')
+    if spmd:
+        cfg.strategy['spmd'] = True
     cfg.launcher = launcher
     cfg.pop('model_wrapper_cfg', None)  # DDP settings; XLA all-reduces in the optimizer step
     # FlexibleRunner.from_cfg passes env_cfg=None through when the config has none, and fails.
@@ -89,7 +93,7 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False) -> Con
 
 
 def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
-                  prepare: Optional[Callable]) -> None:
+                  prepare: Optional[Callable], spmd: bool = False) -> None:
     """Body of each process started by ``torch_xla.launch``: build the runner and train."""
     from mmengine.registry import RUNNERS
     from mmengine.utils import import_modules_from_strings
@@ -99,11 +103,12 @@ def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
         import_modules_from_strings(**cfg.custom_imports)
     if prepare is not None:
         prepare(cfg, runtime.world_size(), logger=print if runtime.is_master() else None)
-    runner = RUNNERS.build(to_xla_config(cfg, launcher=launcher, bf16=bf16))
+    runner = RUNNERS.build(to_xla_config(cfg, launcher=launcher, bf16=bf16, spmd=spmd))
     runner.train()
 
 
-def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable] = None) -> None:
+def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable] = None,
+                    spmd: bool = False) -> None:
     """Train ``cfg`` on every local XLA device, one process each (``torch_xla.launch``).
 
     Must run before anything in this process touches the XLA device (torch_xla refuses to spawn
@@ -117,11 +122,22 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
             once the number of replicas is known, before the runner is built (``tools/train.py``
             passes ``apply_global_batch_size``). Must be importable (it is pickled by name).
             Defaults to None.
+        spmd (bool): SPMD mode: this process alone drives every device of the host, with the
+            config's batch as the global batch split over them and FSDPv2-sharded parameters
+            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
     """
     import torch.distributed as dist
 
     from . import runtime
     xla = runtime.require('torch_xla')
+    if spmd:
+        if dist.is_torchelastic_launched():
+            raise RuntimeError('--xla-spmd runs one process per host; start it with python, not torchrun '
+                               '(multi-host pods: one such process per host VM).')
+        from . import spmd as spmd_mode
+        spmd_mode.enable()
+        _train_worker(0, cfg, 'none', bf16, prepare, spmd=True)
+        return
     launcher = 'pytorch' if dist.is_torchelastic_launched() else 'xla'
     # torch_xla runs a single replica on its CPU backend; train it in this process instead of a
     # spawned copy (saves re-importing the whole stack, and keeps the run easy to debug).

@@ -73,11 +73,25 @@ def xla_optim_wrapper_cfg(cfg: dict) -> dict:
 class XLAStrategy(SingleDeviceStrategy):
     """Run the model on the XLA device of this process (see the module docstring).
 
-    Keyword Args:
+    Args:
+        spmd (bool): SPMD mode (:mod:`~vit_plugin.xla.spmd`): this one process drives every device
+            of the host, the batch and the parameters split over one mesh axis (FSDPv2). The
+            process must have called :func:`vit_plugin.xla.spmd.enable` before touching the device
+            (``tools/train.py --xla-spmd`` does). Defaults to False.
         **kwargs: As mmengine's ``BaseStrategy`` (``work_dir``, ``env_kwargs``, ...).
+
+    Attributes:
+        mesh: The SPMD device mesh (None without SPMD).
+        param_specs (dict): SPMD only: parameter name -> its partition spec (None: replicated).
     """
 
     xla_group = None
+    mesh = None
+
+    def __init__(self, spmd: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.spmd = spmd
+        self.param_specs = {}
 
     def _setup_distributed(self, launcher: str = 'xla', backend: Optional[str] = None, **kwargs):
         """Join the XLA replicas (called by mmengine when the launcher is not ``'none'``).
@@ -118,8 +132,22 @@ class XLAStrategy(SingleDeviceStrategy):
         return revert_sync_batchnorm(model)
 
     def _wrap_model(self, model: nn.Module) -> nn.Module:
-        model = self.convert_model(model)
-        return model.to(runtime.device())
+        model = self.convert_model(model).to(runtime.device())
+        if self.spmd:
+            from . import spmd
+            if not spmd.is_enabled():
+                raise RuntimeError('XLAStrategy(spmd=True) needs torch_xla in SPMD mode, switched on before '
+                                   'the device is first used: vit_plugin.xla.spmd.enable() (tools/train.py '
+                                   '--launcher xla --xla-spmd does it).')
+            self.mesh = spmd.build_mesh()
+            runtime.require('torch_xla.distributed.spmd').set_global_mesh(self.mesh)
+            self.param_specs = spmd.shard_parameters(model, self.mesh)
+            spmd.shard_preprocessed_batches(model, self.mesh)
+            sharded = sum(spec is not None for spec in self.param_specs.values())
+            print_log(f'XLA SPMD: {self.mesh.size()} devices on one mesh axis; batch and {sharded} of '
+                      f'{len(self.param_specs)} parameter tensors split over it (the rest replicated).',
+                      logger='current', level=logging.INFO)
+        return model
 
     def build_optim_wrapper(self, optim_wrapper, model: Optional[nn.Module] = None):
         if isinstance(optim_wrapper, dict) and ('optimizer' in optim_wrapper

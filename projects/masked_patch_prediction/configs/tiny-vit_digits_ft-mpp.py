@@ -4,4 +4,4 @@
 _base_ = ['./tiny-vit_digits_scratch.py']
 
 model = dict(backbone=dict(init_cfg=dict(type='Pretrained', prefix='backbone.',
-                                         checkpoint='work_dirs/mpp_tiny-vit_digits/iter_1500.pth')))
+                                         checkpoint='work_dirs/mpp_tiny-vit_digits/iter_3000.pth')))
