@@ -163,6 +163,29 @@ def test_gradient_accumulation_matches_eager_and_compiles_once_per_phase(tmp_pat
     assert guard.warmup_compiles == 3 and guard.steady_compiles == 0
 
 
+def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
+    """XLAStrategy writes ``<name>.part`` and renames it once complete: a save killed half-way (a
+    pre-empted TPU VM) leaves the previous checkpoint intact and no truncated file under its name."""
+    import os
+
+    from vit_plugin.engine.checkpointing import find_resumable_checkpoint
+    runner = run_xla(toy_cfg(tmp_path / 'xla', width=13, max_epochs=2))
+    target = tmp_path / 'xla' / 'epoch_2.pth'
+    assert target.is_file() and not glob.glob(str(tmp_path / 'xla' / '*.part'))
+    before = target.read_bytes()
+    torch.load(str(target), map_location='cpu', weights_only=False)  # complete
+
+    def killed(fd):  # the process dies after writing the data, before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, 'fsync', killed)
+    with pytest.raises(KeyboardInterrupt):
+        runner.strategy.save_checkpoint(str(target))
+    assert target.read_bytes() == before
+    assert osp.isfile(str(target) + '.part')
+    assert find_resumable_checkpoint(str(tmp_path / 'xla'), warn=None) == str(target)
+
+
 def test_guard_names_item_in_step(tmp_path):
     runner = run_xla(toy_cfg(tmp_path, width=23, item_in_step=True))
     guard = guard_of(runner)

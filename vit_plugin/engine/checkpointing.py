@@ -40,14 +40,21 @@ def atomic_write_bytes(data: bytes, path: str) -> None:
     system), are flushed to disk, and the file is renamed over ``path``; the directory entry is
     flushed too, so the rename survives a power loss.
     """
-    directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     partial = path + PARTIAL_SUFFIX
     with open(partial, 'wb') as f:
         f.write(data)
-        f.flush()
+    publish_partial(partial, path)
+
+
+def publish_partial(partial: str, path: str) -> None:
+    """Move a completely written ``partial`` file to ``path``: flush it to disk, rename it over
+    ``path`` (atomic within a file system) and flush the directory entry, so that the rename
+    survives a power loss."""
+    with open(partial, 'rb+') as f:
         os.fsync(f.fileno())
     os.replace(partial, path)
+    directory = osp.dirname(osp.abspath(path))
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # e.g. a file system that cannot open directories; the rename itself is done

@@ -171,12 +171,23 @@ class XLAStrategy(SingleDeviceStrategy):
     def save_checkpoint(self, filename: str, *, save_optimizer: bool = True,
                         save_param_scheduler: bool = True, extra_ckpt: Optional[dict] = None,
                         callback: Optional[Callable] = None) -> None:
-        """Save a CPU-only checkpoint from the global master replica (others return at once)."""
+        """Save a CPU-only checkpoint from the global master replica (others return at once).
+
+        A local file is written next to its final name and renamed into place once complete, as
+        :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook` does on the other backends: a
+        run pre-empted while saving keeps its earlier checkpoints and never leaves a truncated one.
+        """
         if not runtime.is_master():
             return
-        super().save_checkpoint(filename, save_optimizer=save_optimizer,
-                                save_param_scheduler=save_param_scheduler, extra_ckpt=extra_ckpt,
-                                callback=callback)
+        from mmengine.fileio.io import _parse_uri_prefix
+
+        from vit_plugin.engine.checkpointing import PARTIAL_SUFFIX, publish_partial
+        local = _parse_uri_prefix(str(filename)) == ''
+        target = str(filename) + PARTIAL_SUFFIX if local else filename
+        super().save_checkpoint(target, save_optimizer=save_optimizer, save_param_scheduler=save_param_scheduler,
+                                extra_ckpt=extra_ckpt, callback=callback)
+        if local:
+            publish_partial(target, str(filename))
 
     def load_checkpoint(self, filename: str, *, map_location: Union[str, Callable] = 'cpu',
                         strict: bool = False, revise_keys: list = [(r'^module.', '')],
