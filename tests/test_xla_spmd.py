@@ -3,7 +3,8 @@
 The run splits the batch and every parameter that divides evenly over a 4-device mesh (FSDPv2). It
 must give the losses of a single-device eager CPU run, hold a quarter of each sharded weight (and of
 its AdamW moments) per device, compile nothing after warm-up, and write ordinary full-size
-checkpoints that resume in eager mode.
+checkpoints that resume in eager mode. With layer scan (``--xla-layer-scan``) the blocks run as one
+compiled loop, alone or under SPMD, with the same losses.
 """
 import json
 import os
@@ -17,6 +18,8 @@ from helpers.common import HELPERS as TEST_HELPERS
 from helpers.common import REPO, free_port, read_losses
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
+from vit_plugin.models.backbones.vit import ViT
+from vit_plugin.xla.scan import check_scannable
 from vit_plugin.xla.spmd import AXIS, param_partition_spec
 
 HELPERS = [TEST_HELPERS, osp.join(REPO, 'tests', 'xla_helpers')]
@@ -113,3 +116,71 @@ def test_spmd_over_four_devices_matches_eager_shards_and_resumes(tmp_path, digit
     resumed, _ = _train(cfg, tmp_path / 'resumed', '--resume', str(tmp_path / 'spmd' / 'epoch_1.pth'))
     assert sorted(resumed) == [4, 5, 6, 7]
     assert max(abs(resumed[i] - sharded[i]) for i in resumed) < TOL, (resumed, sharded)
+
+
+def test_layer_scan_refuses_blocks_it_cannot_run_as_one():
+    tiny = dict(arch=dict(embed_dims=16, num_layers=3, num_heads=2, mlp_dims=32), img_size=16, patch_size=4)
+    check_scannable(ViT(**tiny))  # identical deterministic blocks: fine
+    check_scannable(ViT(**tiny, with_cp=True))
+    with pytest.raises(ValueError, match=r'dropout or stochastic depth.*drop_rate=0'):
+        check_scannable(ViT(**tiny, drop_rate=0.1))
+    with pytest.raises(ValueError, match='drop_path_rate=0'):
+        check_scannable(ViT(**tiny, drop_path_rate=0.1))
+    with pytest.raises(ValueError, match=r'only the last block \(2\) leaves a scan'):
+        check_scannable(ViT(**tiny, out_indices=(1, 2)))
+    with pytest.raises(ValueError, match='block 2 of backbone is configured differently'):
+        check_scannable(ViT(**tiny, window_size=2, window_block_indices=(0, 1)))
+    # the paper's ImageNet-21k recipe (dropout 0.1) is refused before any process starts
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), osp.join(REPO, 'configs', 'vit_b16_in21k.py'),
+                           '--launcher', 'xla', '--xla-layer-scan'], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ, PJRT_DEVICE='CPU'), timeout=300)
+    assert proc.returncode != 0 and 'model.backbone.drop_rate=0' in proc.stderr, proc.stderr[-2000:]
+
+
+def test_layer_scan_under_spmd_without_jax_is_refused_before_training(monkeypatch, tmp_path, digits_root):
+    from mmengine.config import Config
+
+    from vit_plugin.xla import scan, to_xla_config
+    real = scan.importlib.util.find_spec
+    monkeypatch.setattr(scan.importlib.util, 'find_spec', lambda name, *a: None if name == 'jax' else real(name, *a))
+    cfg = Config.fromfile(_config(tmp_path / 'cls.py', digits_root), import_custom_modules=False)
+    to_xla_config(cfg, spmd=True)  # each alone is fine
+    to_xla_config(cfg, layer_scan=True)
+    with pytest.raises(ValueError, match='layer scan under SPMD needs the jax package'):
+        to_xla_config(cfg, spmd=True, layer_scan=True)
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_layer_scan_matches_the_unrolled_model_and_recomputes_with_cp(tmp_path, digits_root):
+    cfg = _config(tmp_path / 'cls.py', digits_root)
+    eager, _ = _train(cfg, tmp_path / 'eager')
+    scanned, log = _train(cfg, tmp_path / 'scan', '--launcher', 'xla', '--xla-layer-scan')
+    assert 'XLA layer scan: backbone run their blocks as one compiled loop' in log
+    recomputed, log = _train(cfg, tmp_path / 'scan_cp', '--launcher', 'xla', '--xla-layer-scan', '--cfg-options',
+                             'model.backbone.with_cp=True')
+    for run in (scanned, recomputed):
+        assert sorted(run) == list(range(8))
+        assert max(abs(run[i] - eager[i]) for i in range(8)) < TOL, (run, eager)
+    for work_dir in ('scan', 'scan_cp'):
+        (summary_path, ) = [osp.join(d, 'xla_summary.json') for d, _, files in os.walk(tmp_path / work_dir)
+                            if 'xla_summary.json' in files]
+        with open(summary_path) as f:
+            assert json.load(f)['steady_compiles'] == 0
+
+
+@pytest.mark.xla
+def test_compile_benchmark_runs_both_variants_to_the_same_loss(tmp_path):
+    out = tmp_path / 'compile.json'
+    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'analysis', 'benchmark_xla_compile.py'),
+                           '--arch-dict', '16', '3', '2', '32', '--img-size', '16', '--patch-size', '8',
+                           '--batch-size', '2', '--steps', '3', '--out', str(out)],
+                          env=dict(os.environ, PJRT_DEVICE='CPU', OMP_NUM_THREADS='1'), capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'scan / unrolled: compile' in proc.stdout
+    results = json.loads(out.read_text())['results']
+    unrolled, scan = results['unrolled'], results['scan']
+    assert unrolled['depth'] == scan['depth'] == 3 and unrolled['params'] == scan['params']
+    assert unrolled['compiles'] >= 1 and scan['compiles'] >= 1 and scan['compile_s'] > 0
+    assert abs(unrolled['last_loss'] - scan['last_loss']) < 1e-4

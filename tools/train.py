@@ -7,7 +7,8 @@
 Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP).
 TPUs: ``PJRT_DEVICE=TPU python tools/train.py CONFIG --launcher xla`` (one process per device;
 ``--amp`` means bf16 there); add ``--xla-spmd`` for one process per host with the batch and the
-weights split over a device mesh. See the README section on torch_xla.
+weights split over a device mesh, and ``--xla-layer-scan`` to compile one Transformer block instead
+of all of them. See the README section on torch_xla.
 ``--amp bf16`` trains in bf16 on any device: mmengine's AmpOptimWrapper on GPUs, bf16 autocast on
 CPU (vit_plugin.CPUAmpOptimWrapper), XLA autocast on TPUs.
 SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and exit status 75
@@ -50,6 +51,9 @@ def parse_args(argv=None):
     parser.add_argument('--xla-spmd', action='store_true',
                         help='with --launcher xla: one process drives all devices of the host (SPMD); '
                         'the batch and the parameters are split over one device mesh (FSDPv2)')
+    parser.add_argument('--xla-layer-scan', action='store_true',
+                        help='with --launcher xla: run the ViT blocks as one compiled loop, so compile '
+                        'time does not grow with depth (blocks without dropout or drop path)')
     parser.add_argument('--no-validate', action='store_true', help='skip validation during training')
     parser.add_argument('--no-pin-memory', action='store_true', help='do not pin data-loader memory')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
@@ -76,6 +80,8 @@ def setup_launcher(cfg, args) -> int:
     cfg.launcher = args.launcher
     if args.xla_spmd and args.launcher != 'xla':
         raise SystemExit('--xla-spmd needs --launcher xla.')
+    if args.xla_layer_scan and args.launcher != 'xla':
+        raise SystemExit('--xla-layer-scan needs --launcher xla.')
     if args.launcher == 'none':
         return 1
     if args.launcher == 'xla':
@@ -83,7 +89,10 @@ def setup_launcher(cfg, args) -> int:
             raise SystemExit('--fsdp is not available with --launcher xla (XLA replicates the model '
                              'and all-reduces gradients in the optimizer step).')
         from vit_plugin.xla import to_xla_config
-        to_xla_config(cfg, spmd=args.xla_spmd)  # fail here, before any process starts, if it cannot run
+        try:  # fail here, before any process starts, if it cannot run
+            to_xla_config(cfg, spmd=args.xla_spmd, layer_scan=args.xla_layer_scan)
+        except ValueError as err:
+            raise SystemExit(f'--launcher xla: {err}') from None
         return None  # torch_xla.launch starts one process per device; they know the world size
     if not torch.cuda.is_available():
         cfg.env_cfg.setdefault('dist_cfg', {})['backend'] = 'gloo'
@@ -101,13 +110,13 @@ def setup_launcher(cfg, args) -> int:
 def use_fsdp(cfg) -> None:
     """Train with MMEngine's FlexibleRunner and vit_plugin's FSDP2Strategy (``fully_shard`` per
     Transformer block and on the root; CPU/Gloo and GPUs); ``cfg.fsdp_cfg`` (a dict) passes options
-    such as ``mixed_precision='bf16'`` to the strategy."""
-    ema = [h.get('type') for h in cfg.get('custom_hooks') or [] if 'EMAHook' in str(h.get('type'))]
-    if ema:
-        # Its averaged copy would be saved as DTensors outside the sharded checkpoint and swapped
-        # into a state dict that sharded saving does not build: refuse rather than lose it.
-        raise SystemExit(f'--fsdp does not support {ema[0]} (custom_hooks) yet: drop the hook '
-                         f'(--cfg-options custom_hooks=[]) or train without --fsdp.')
+    such as ``mixed_precision='bf16'`` to the strategy. An ``EMAHook`` becomes
+    ``vit_plugin.ShardedEMAHook``."""
+    for hook in cfg.get('custom_hooks') or []:
+        if str(hook.get('type')).split('.')[-1] == 'EMAHook':
+            # mmengine's EMAHook deep-copies the model, which FSDP2 modules refuse; the sharded
+            # version averages each process's shards in place (same settings, same checkpoints).
+            hook['type'] = 'vit_plugin.ShardedEMAHook'
     cfg.runner_type = 'FlexibleRunner'
     cfg.strategy = dict(type='vit_plugin.FSDP2Strategy', **(cfg.get('fsdp_cfg') or {}))
 
@@ -193,7 +202,8 @@ def main(argv=None):
     try:
         if world_size is None:
             from vit_plugin.xla import launch_training
-            launch_training(cfg, prepare=apply_global_batch_size, spmd=args.xla_spmd)
+            launch_training(cfg, prepare=apply_global_batch_size, spmd=args.xla_spmd,
+                            layer_scan=args.xla_layer_scan)
             return
         runner = build_runner(cfg)
         runner.train()

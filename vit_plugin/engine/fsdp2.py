@@ -71,7 +71,8 @@ def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
     """Write the sharded checkpoint directory ``src`` as one ordinary checkpoint file ``dst``
     (``{'meta', 'state_dict'}`` with full tensors, as a run without ``--fsdp`` writes it), for
     evaluation, fine-tuning and ``tools/convert_checkpoint.py``. Runs in one process, no group needed.
-    The optimizer state is left out (resume from the sharded directory itself).
+    The optimizer state is left out (resume from the sharded directory itself); an EMA run's
+    ``ema_state_dict`` is kept, as mmengine's ``EMAHook`` writes it.
 
     Returns:
         dict: The consolidated checkpoint.
@@ -94,6 +95,8 @@ def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
     extra = safe_torch_load(osp.join(src, EXTRA_FILE), map_location='cpu')
     meta = dict(extra.get('meta', {}), sharded=False, consolidated_from=osp.basename(osp.normpath(src)))
     checkpoint = {'meta': meta, 'state_dict': tensors['model']}
+    if 'ema' in tensors:  # mmengine's EMA layout: state_dict averaged, ema_state_dict as trained
+        checkpoint['ema_state_dict'] = tensors['ema']
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     atomic_write_bytes(buffer.getvalue(), dst)
@@ -185,7 +188,7 @@ class FSDP2Strategy(DDPStrategy):
         start = time.perf_counter()
         optimizers = self.optim_wrapper.optimizer if save_optimizer and hasattr(self, 'optim_wrapper') else []
         model_sd, optim_sd = get_state_dict(self.model, optimizers)
-        tensors = {'model': model_sd}
+        tensors = {}
         if save_optimizer and hasattr(self, 'optim_wrapper'):
             tensors['optim'] = optim_sd
         extra = dict(extra_ckpt or {})
@@ -193,8 +196,16 @@ class FSDP2Strategy(DDPStrategy):
                                             world_size=dist.get_world_size() if is_distributed() else 1)
         if save_param_scheduler and hasattr(self, 'param_schedulers'):
             extra['param_schedulers'] = self.scheduler_state_dict()
+        # The hooks see the model's (sharded) state dict as mmengine's do: an EMA hook swaps the
+        # averaged weights into it and adds ``ema_state_dict``. Both tensor dicts are then saved as
+        # shards, not pickled into the rank-0 file.
+        extra['state_dict'] = model_sd
         if callback is not None:
             callback(extra)
+        tensors['model'] = extra.pop('state_dict')
+        if 'ema_state_dict' in extra:
+            tensors['ema'] = extra.pop('ema_state_dict')
+            extra['meta']['ema'] = True
 
         partial = filename + '.part'
         if is_main_process():
@@ -213,7 +224,9 @@ class FSDP2Strategy(DDPStrategy):
         self.logger.info(f'Saved sharded checkpoint {filename} in {time.perf_counter() - start:.2f} s')
 
     # ----------------------------------------------------------------------------------- loading
-    def _load_sharded(self, filename: str, with_optimizer: bool) -> dict:
+    def _load_sharded(self, filename: str, with_optimizer: bool, callback: Optional[Callable]) -> dict:
+        """Read a sharded checkpoint into this run's shards; let the hooks see it (``callback``: an EMA
+        hook takes its averaged weights and swaps the trained ones back), then load the model."""
         problem = sharded_checkpoint_problem(filename)
         if problem is not None:
             raise FileNotFoundError(f'{filename} {problem}; resume from an older one.')
@@ -223,10 +236,36 @@ class FSDP2Strategy(DDPStrategy):
         tensors = {'model': model_sd}
         if with_optimizer:
             tensors['optim'] = optim_sd
+        checkpoint = safe_torch_load(osp.join(filename, EXTRA_FILE), map_location='cpu')
+        if checkpoint.get('meta', {}).get('ema'):
+            tensors['ema'] = self._ema_template(filename, model_sd)
         dcp.load(tensors, checkpoint_id=filename)
-        set_state_dict(self.model, optimizers, model_state_dict=tensors['model'],
+        checkpoint['state_dict'] = tensors['model']
+        if 'ema' in tensors:
+            checkpoint['ema_state_dict'] = tensors['ema']
+        if callback is not None:
+            callback(checkpoint)
+        set_state_dict(self.model, optimizers, model_state_dict=checkpoint['state_dict'],
                        optim_state_dict=tensors.get('optim', {}))
-        return safe_torch_load(osp.join(filename, EXTRA_FILE), map_location='cpu')
+        return checkpoint
+
+    @staticmethod
+    def _ema_template(filename: str, model_sd: dict) -> dict:
+        """Tensors shaped and sharded like this run's, to read the saved ``ema_state_dict`` into:
+        ``module.<name>`` entries are laid out as the model's ``<name>``; others (the step count)
+        are plain tensors of the saved size."""
+        from torch.distributed.checkpoint import FileSystemReader
+        metadata = FileSystemReader(filename).read_metadata().state_dict_metadata
+        template = {}
+        for fqn, info in metadata.items():
+            if not fqn.startswith('ema.'):
+                continue
+            key = fqn[len('ema.'):]
+            if key.startswith('module.') and key[len('module.'):] in model_sd:
+                template[key] = torch.empty_like(model_sd[key[len('module.'):]])
+            elif hasattr(info, 'size'):
+                template[key] = torch.zeros(tuple(info.size), dtype=info.properties.dtype)
+        return template
 
     def load_checkpoint(self, filename: str, *, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')], callback: Optional[Callable] = None) -> dict:
@@ -235,10 +274,7 @@ class FSDP2Strategy(DDPStrategy):
             return super().load_checkpoint(filename, map_location=map_location, strict=strict,
                                            revise_keys=revise_keys, callback=callback)
         self.logger.info(f'Load sharded checkpoint from {filename}')
-        checkpoint = self._load_sharded(filename, with_optimizer=False)
-        if callback is not None:
-            callback(checkpoint)
-        return checkpoint
+        return self._load_sharded(filename, with_optimizer=False, callback=callback)
 
     def load_model_state_dict(self, state_dict: dict, *, strict: bool = False,
                               revise_keys: list = [(r'^module.', '')]) -> None:
@@ -261,9 +297,7 @@ class FSDP2Strategy(DDPStrategy):
                              f'from the iter_N.pth/ directories it writes (load other weights with load_from).')
         start = time.perf_counter()
         self.logger.info(f'Resume sharded checkpoint from {filename}')
-        checkpoint = self._load_sharded(filename, with_optimizer=resume_optimizer)
-        if callback is not None:
-            callback(checkpoint)
+        checkpoint = self._load_sharded(filename, with_optimizer=resume_optimizer, callback=callback)
         if resume_param_scheduler and hasattr(self, 'param_schedulers') and 'param_schedulers' in checkpoint:
             self.load_scheduler_state_dict(checkpoint.pop('param_schedulers'))
         accumulative_counts = getattr(getattr(self, 'optim_wrapper', None), '_accumulative_counts', 1)

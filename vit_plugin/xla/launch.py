@@ -9,6 +9,8 @@ import copy
 import logging
 from typing import Callable, Optional
 
+import torch
+
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 
@@ -38,7 +40,8 @@ def _xla_loop(loop: dict, default: str, table: dict, key: str) -> dict:
     return loop
 
 
-def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False) -> Config:
+def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False,
+                  layer_scan: bool = False) -> Config:
     """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner.
 
     Sets ``runner_type='FlexibleRunner'`` and ``strategy=vit_plugin.XLAStrategy``, swaps the
@@ -53,6 +56,8 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
         bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
         spmd (bool): One process for all devices, batch and parameters split over a device mesh
             (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
+            Defaults to False.
 
     Returns:
         Config: The converted config.
@@ -69,6 +74,16 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
     cfg.strategy = dict(strategy, type='vit_plugin.XLAStrategy')
     if spmd:
         cfg.strategy['spmd'] = True
+    if layer_scan:
+        from .scan import check_scannable, require_scan_support
+        require_scan_support(spmd)
+        backbone = cfg.model.get('backbone') or {}
+        if str(backbone.get('type', '')).split('.')[-1] in ('ViT', 'HybridViT'):
+            # Refuse before any process starts: build the backbone on the meta device (no memory).
+            from mmengine.registry import MODELS
+            with torch.device('meta'):
+                check_scannable(MODELS.build(copy.deepcopy(backbone)), 'model.backbone')
+        cfg.strategy['layer_scan'] = True
     cfg.launcher = launcher
     cfg.pop('model_wrapper_cfg', None)  # DDP settings; XLA all-reduces in the optimizer step
     # FlexibleRunner.from_cfg passes env_cfg=None through when the config has none, and fails.
@@ -93,7 +108,7 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
 
 
 def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
-                  prepare: Optional[Callable], spmd: bool = False) -> None:
+                  prepare: Optional[Callable], spmd: bool = False, layer_scan: bool = False) -> None:
     """Body of each process started by ``torch_xla.launch``: build the runner and train."""
     from mmengine.registry import RUNNERS
     from mmengine.utils import import_modules_from_strings
@@ -103,12 +118,12 @@ def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
         import_modules_from_strings(**cfg.custom_imports)
     if prepare is not None:
         prepare(cfg, runtime.world_size(), logger=print if runtime.is_master() else None)
-    runner = RUNNERS.build(to_xla_config(cfg, launcher=launcher, bf16=bf16, spmd=spmd))
+    runner = RUNNERS.build(to_xla_config(cfg, launcher=launcher, bf16=bf16, spmd=spmd, layer_scan=layer_scan))
     runner.train()
 
 
 def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable] = None,
-                    spmd: bool = False) -> None:
+                    spmd: bool = False, layer_scan: bool = False) -> None:
     """Train ``cfg`` on every local XLA device, one process each (``torch_xla.launch``).
 
     Must run before anything in this process touches the XLA device (torch_xla refuses to spawn
@@ -125,6 +140,8 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
         spmd (bool): SPMD mode: this process alone drives every device of the host, with the
             config's batch as the global batch split over them and FSDPv2-sharded parameters
             (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
+            Defaults to False.
     """
     import torch.distributed as dist
 
@@ -136,10 +153,11 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
                                '(multi-host pods: one such process per host VM).')
         from . import spmd as spmd_mode
         spmd_mode.enable()
-        _train_worker(0, cfg, 'none', bf16, prepare, spmd=True)
+        _train_worker(0, cfg, 'none', bf16, prepare, spmd=True, layer_scan=layer_scan)
         return
     launcher = 'pytorch' if dist.is_torchelastic_launched() else 'xla'
     # torch_xla runs a single replica on its CPU backend; train it in this process instead of a
     # spawned copy (saves re-importing the whole stack, and keeps the run easy to debug).
     single = runtime.require('torch_xla.runtime').device_type() == 'CPU'
-    xla.launch(_train_worker, args=(cfg, launcher, bf16, prepare), debug_single_process=single)
+    xla.launch(_train_worker, args=(cfg, launcher, bf16, prepare, False, layer_scan),
+               debug_single_process=single)

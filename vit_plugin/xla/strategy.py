@@ -78,6 +78,9 @@ class XLAStrategy(SingleDeviceStrategy):
             of the host, the batch and the parameters split over one mesh axis (FSDPv2). The
             process must have called :func:`vit_plugin.xla.spmd.enable` before touching the device
             (``tools/train.py --xla-spmd`` does). Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`):
+            compile time no longer grows with depth. Needs blocks without dropout or stochastic
+            depth. Defaults to False.
         **kwargs: As mmengine's ``BaseStrategy`` (``work_dir``, ``env_kwargs``, ...).
 
     Attributes:
@@ -88,9 +91,10 @@ class XLAStrategy(SingleDeviceStrategy):
     xla_group = None
     mesh = None
 
-    def __init__(self, spmd: bool = False, **kwargs):
+    def __init__(self, spmd: bool = False, layer_scan: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.spmd = spmd
+        self.layer_scan = layer_scan
         self.param_specs = {}
 
     def _setup_distributed(self, launcher: str = 'xla', backend: Optional[str] = None, **kwargs):
@@ -147,6 +151,9 @@ class XLAStrategy(SingleDeviceStrategy):
             print_log(f'XLA SPMD: {self.mesh.size()} devices on one mesh axis; batch and {sharded} of '
                       f'{len(self.param_specs)} parameter tensors split over it (the rest replicated).',
                       logger='current', level=logging.INFO)
+        if self.layer_scan:
+            from .scan import enable_layer_scan
+            enable_layer_scan(model)
         return model
 
     def build_optim_wrapper(self, optim_wrapper, model: Optional[nn.Module] = None):

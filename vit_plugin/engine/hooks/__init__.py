@@ -2,6 +2,7 @@ from .fewshot_hook import FewShotEvalHook
 from .nonfinite_guard import NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
+from .sharded_ema_hook import ShardedEMAHook, mirror_tensors
 
 __all__ = ['FewShotEvalHook', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
-           'PosEmbedResizeHook', 'RNGReseedHook']
+           'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook', 'mirror_tensors']

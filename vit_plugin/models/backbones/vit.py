@@ -192,6 +192,10 @@ class ViT(BaseModule):
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if final_norm else nn.Identity()
         self.out_indices = self._parse_out_indices(out_indices)
         self.set_grad_checkpointing(with_cp)
+        # How the encoder runs its blocks: None loops over them in Python. An accelerator back end
+        # may install a runner ``(blocks, x, grid) -> x`` that computes the same thing in one
+        # compiled loop (vit_plugin.xla.scan: the XLA compiler then sees one block, not 24 or 32).
+        self.block_runner = None
 
         self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
@@ -391,6 +395,8 @@ class ViT(BaseModule):
 
     def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
         """Run embedded tokens through the encoder and format the requested outputs."""
+        if self.block_runner is not None and self.out_indices == [self.num_layers - 1]:
+            return (self._format_output(self.norm(self.block_runner(self.blocks, x, grid)), grid), )
         outs = []
         for i, block in enumerate(self.blocks):
             x = block(x, grid=grid)
@@ -422,6 +428,8 @@ class ViT(BaseModule):
         embedding (masked patch prediction) run exactly the backbone's encoder: windowed blocks and
         relative position bias need the patch ``grid`` (rows, cols).
         """
+        if self.block_runner is not None:
+            return self.norm(self.block_runner(self.blocks, x, grid))
         for block in self.blocks:
             x = block(x, grid=grid)
         return self.norm(x)

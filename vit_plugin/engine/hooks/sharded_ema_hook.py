@@ -1,0 +1,79 @@
+"""Weight averaging (EMA) of a model sharded with FSDP2 (``tools/train.py --fsdp``).
+
+mmengine's :class:`~mmengine.hooks.EMAHook` keeps its average in a deep copy of the model, and FSDP2
+modules refuse ``deepcopy``. :class:`ShardedEMAHook` is the same hook whose averaged model holds a
+*mirror*: a plain module tree with one detached copy of every parameter (for FSDP2, of every
+process's ``DTensor`` shard) under the same names. mmengine's averaged-model classes
+(``ExponentialMovingAverage``, ``MomentumAnnealingEMA``, ...) then work unchanged on the shards:
+the average is element-wise, so each process averages the part it holds and no communication is
+needed. Checkpoints follow mmengine's layout (``state_dict`` holds the averaged weights,
+``ema_state_dict`` the trained ones), written as shards by :class:`~vit_plugin.engine.FSDP2Strategy`.
+
+``tools/train.py --fsdp`` swaps a config's ``EMAHook`` for this one; the hook's settings are kept.
+"""
+from typing import Dict
+
+import torch
+import torch.nn as nn
+from mmengine.hooks import EMAHook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import MODELS
+
+from vit_plugin.registry import HOOKS
+
+
+def mirror_tensors(model: nn.Module) -> nn.Module:
+    """A plain module tree with ``model``'s structure and a detached copy of every parameter and
+    buffer, under the same names and in the same order, built without copying the modules."""
+    nodes = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        node = nodes[name] = nn.Module()
+        if name:
+            parent, _, child = name.rpartition('.')
+            nodes[parent].add_module(child, node)
+        for key, param in module.named_parameters(recurse=False):
+            node.register_parameter(key, nn.Parameter(param.detach().clone(), requires_grad=False))
+        for key, buffer in module.named_buffers(recurse=False):
+            node.register_buffer(key, buffer.detach().clone(),
+                                 persistent=key not in module._non_persistent_buffers_set)
+    return nodes['']
+
+
+@HOOKS.register_module()
+class ShardedEMAHook(EMAHook):
+    """mmengine's ``EMAHook`` for models that cannot be deep-copied (FSDP2); same arguments.
+
+    The averaged model (``ema_type``, default ``ExponentialMovingAverage``) is built on
+    :func:`mirror_tensors` of the model instead of a copy of it.
+    """
+
+    ema_model = None
+
+    def before_run(self, runner) -> None:
+        if self.ema_model is None:
+            self._build(runner)
+
+    def _build(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        self.src_model = model
+        mirror = mirror_tensors(model)
+        self.ema_model = MODELS.build(self.ema_cfg, default_args=dict(model=mirror))
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        # mmengine's FlexibleRunner resumes before it calls ``before_run``: build the average first.
+        if self.ema_model is None:
+            self._build(runner)
+        super().after_load_checkpoint(runner, checkpoint)
+
+    def _swap_ema_parameters(self) -> None:
+        # Paired by name (the mirror has no modules of its own for parameter-free layers).
+        averaged: Dict[str, torch.Tensor] = dict(self.ema_model.module.named_parameters())
+        source = dict(self.src_model.named_parameters())
+        if self.ema_model.update_buffers:
+            averaged.update(self.ema_model.module.named_buffers())
+            source.update(self.src_model.named_buffers())
+        for name, avg in averaged.items():
+            src = source[name]
+            tmp = avg.data.clone()
+            avg.data.copy_(src.data)
+            src.data.copy_(tmp)
