@@ -141,7 +141,8 @@ def test_config_builds(name):
     pre = cfg.data_preprocessor
     assert list(pre.mean) == [127.5] * 3 and list(pre.std) == [127.5] * 3
     assert cfg.model.head.num_classes == pre.num_classes
-    crop = _step(cfg.train_dataloader.dataset.pipeline, 'RandomResizedCrop')
+    pipeline = cfg.train_dataloader.dataset.pipeline
+    crop = _step(pipeline, 'RandomResizedCrop') or _step(pipeline, 'vit_plugin.LoadAndInceptionCrop')
     assert crop is not None and crop['scale'] == cfg.model.backbone.img_size
     assert _step(cfg.test_dataloader.dataset.pipeline if cfg.get('test_dataloader') else [], 'RandomFlip') is None
 
@@ -214,10 +215,11 @@ def _tiny(cfg, work_dir, data_root, img_size, max_steps, name):
     pipeline = []
     for step in cfg.train_dataloader.dataset.pipeline:
         step = dict(step)
-        if step['type'] == 'RandomResizedCrop':
+        if step['type'] in ('RandomResizedCrop', 'vit_plugin.LoadAndInceptionCrop'):
             step['scale'] = img_size
         pipeline.append(step)
-    if pipeline[0]['type'] != 'LoadImageFromFile':  # CIFAR pipelines start from in-memory arrays
+    # CIFAR pipelines start from in-memory arrays
+    if pipeline[0]['type'] not in ('LoadImageFromFile', 'vit_plugin.LoadAndInceptionCrop'):
         pipeline.insert(0, dict(type='LoadImageFromFile'))
     cfg.train_dataloader = dict(
         batch_size=16, num_workers=0, sampler=dict(type='InfiniteSampler', shuffle=True, seed=0),

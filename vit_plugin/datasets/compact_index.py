@@ -1,0 +1,434 @@
+"""An array-backed index of a ``"<relative path> <label>"`` list file, for ImageNet-21k-scale datasets.
+
+mmpretrain's list-file parser turns every line into a Python dict (14.2M of them for ImageNet-21k),
+then mmengine pickles each dict into one numpy buffer. That costs minutes and many GiB in the main
+process before the first batch. Here the file is parsed with vectorised numpy into three arrays and
+no per-line Python object:
+
+* ``paths``   uint8, the bytes of all relative paths one after another;
+* ``offsets`` int64, ``n + 1`` entries, path ``i`` is ``paths[offsets[i]:offsets[i + 1]]``;
+* ``labels``  int32, ``n`` entries.
+
+The arrays are cached next to the list file (``<ann_file>.index``) and memory-mapped read-only, so
+the main process and every dataloader worker share the same page-cache pages, and a pickled index
+(spawned workers) is a file name, not the arrays. The cache is rebuilt when the list file's size or
+modification time changes, and skipped with a warning when its folder is not writable.
+
+:class:`CompactListMixin` puts the index under mmpretrain's ``CustomDataset`` family:
+``vit_plugin.ImageNet21k`` uses it for list files (``ann_file`` given), so the ImageNet-21k configs
+need no change. A record is built on demand and equals mmpretrain's: ``img_path`` (joined with the
+image prefix), ``gt_label`` and ``sample_idx``.
+
+Cache layout (one file, written to a temporary name and moved into place with ``os.replace``)::
+
+    b'VPLSTIDX'  uint64 little-endian header length  header JSON (utf-8)  padding
+    array data, each array at the byte offset the header gives (64-byte aligned)
+"""
+import codecs
+import json
+import os
+import os.path as osp
+import struct
+import tempfile
+import warnings
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+from mmengine.dataset.base_dataset import force_full_init
+
+MAGIC = b'VPLSTIDX'
+FORMAT_VERSION = 1
+CACHE_SUFFIX = '.index'
+_ALIGN = 64
+_MAX_LABEL_DIGITS = 9  # any 9-digit number fits int32
+
+# What Python's ``str.strip()`` removes, restricted to ASCII (mmpretrain strips each line before it
+# splits path and label): \t \n \v \f \r, the separators \x1c-\x1f, and the space.
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+
+
+class ListFileError(ValueError):
+    """A line of a list file is not ``"<path> <label>"``."""
+
+
+def _line_error(filename: str, line_no: int, line: bytes, reason: str) -> ListFileError:
+    text = line.decode('utf-8', errors='replace')
+    if len(text) > 200:
+        text = text[:200] + '...'
+    return ListFileError(
+        f"{filename}, line {line_no}: {reason}; expected '<relative path> <label>' (the label is the "
+        f'non-negative integer after the last space), got {text!r}.')
+
+
+def _parse_chunk(buf: np.ndarray, filename: str, first_line_no: int
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parse whole lines in ``buf`` (uint8); returns path bytes, path lengths and labels."""
+    size = len(buf)
+    ends = np.flatnonzero(buf == 10)
+    if size and buf[-1] != 10:  # a last line without a newline
+        ends = np.append(ends, size)
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+
+    def fail(i: int, reason: str):
+        raise _line_error(filename, first_line_no + int(i), buf[starts[i]:ends[i]].tobytes(), reason)
+
+    # mmengine reads list files as UTF-8: fail here, naming the line, rather than later in a worker.
+    if size and buf.max() >= 128:  # ASCII (the usual case) is valid UTF-8
+        try:
+            codecs.utf_8_decode(memoryview(buf), 'strict', True)
+        except UnicodeDecodeError as err:
+            fail(np.searchsorted(ends, err.start), f'not valid UTF-8 ({err.reason})')
+
+    # Strip leading and trailing whitespace like ``str.strip()``; a few passes at most in practice.
+    last = max(size - 1, 0)
+    s, e = starts.copy(), ends.copy()
+    while True:
+        move = (s < e) & _WHITESPACE[buf[np.minimum(s, last)]]
+        if not move.any():
+            break
+        s += move
+    while True:
+        move = (s < e) & _WHITESPACE[buf[np.maximum(e - 1, 0)]]
+        if not move.any():
+            break
+        e -= move
+    # Every check runs on all lines, and the first bad line in the file is reported.
+    problems = []
+
+    def first(mask: np.ndarray, reason: str):
+        hit = np.flatnonzero(mask)
+        if len(hit):
+            problems.append((int(hit[0]), reason))
+
+    empty = s >= e
+    first(empty, 'empty line')
+    # The label is what follows the last space of the stripped line (``rsplit(' ', 1)``).
+    spaces = np.flatnonzero(buf == 32)
+    k = np.searchsorted(spaces, e, side='left') - 1
+    sep = spaces[np.maximum(k, 0)] if len(spaces) else np.full_like(e, -1)
+    no_space = ~empty & ((k < 0) | (sep < s))
+    first(no_space, 'no space between path and label')
+    label_len = np.where(empty | no_space, 0, e - sep - 1)
+    first(label_len > _MAX_LABEL_DIGITS, f'the label has more than {_MAX_LABEL_DIGITS} digits')
+    labels = np.zeros(len(e), dtype=np.int64)
+    not_digit = np.zeros(len(e), dtype=bool)
+    scale = 1
+    for digit_pos in range(min(int(label_len.max(initial=0)), _MAX_LABEL_DIGITS)):
+        has = np.flatnonzero(label_len > digit_pos)
+        digit = buf[e[has] - 1 - digit_pos].astype(np.int64) - 48
+        not_digit[has[(digit < 0) | (digit > 9)]] = True
+        labels[has] += digit * scale
+        scale *= 10
+    first(not_digit, 'the label is not a non-negative integer')
+    if problems:
+        fail(*min(problems))
+
+    # Keep the bytes [s, sep) of every line: +1 where a path starts, -1 where it ends, cumulative sum.
+    mark = np.zeros(size + 1, dtype=np.int8)
+    mark[s] = 1
+    mark[sep] = -1
+    keep = np.cumsum(mark[:size], dtype=np.int8).view(bool)
+    return buf[keep], sep - s, labels.astype(np.int32)
+
+
+def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
+                    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parse a ``"<path> <label>"`` list file the way mmpretrain's ``CustomDataset`` does.
+
+    Each line is stripped of (ASCII) whitespace and split at its last space: the path may hold spaces,
+    the label must be a non-negative integer. Lines end at ``\\n`` only (a ``\\r`` before it is stripped).
+
+    Args:
+        filename (str): The list file.
+        chunk_bytes (int): Bytes parsed at a time (whole lines); bounds the temporary memory (about
+            seven times this). Defaults to 16 MiB.
+
+    Returns:
+        tuple[np.ndarray, np.ndarray, np.ndarray]: ``paths`` (uint8), ``offsets`` (int64, one more than
+        lines) and ``labels`` (int32).
+
+    Raises:
+        ListFileError: A line is empty, has no space, a label that is not a non-negative integer, or
+            is not UTF-8; the message names the file and the line number.
+    """
+    size = osp.getsize(filename)
+    data = np.memmap(filename, dtype=np.uint8, mode='r') if size else np.zeros(0, np.uint8)
+    # Count the lines first so that the outputs are filled in place: no list of chunks to concatenate
+    # (which would hold the paths twice). ``paths`` gets an upper bound; pages never written are never
+    # allocated, and the result is a view of its used part.
+    num_lines = sum(int(np.count_nonzero(data[i:i + chunk_bytes] == 10)) for i in range(0, size, chunk_bytes))
+    num_lines += int(size > 0 and data[-1] != 10)
+    paths = np.empty(size, dtype=np.uint8)
+    offsets = np.zeros(num_lines + 1, dtype=np.int64)
+    labels = np.empty(num_lines, dtype=np.int32)
+    start, line, used = 0, 0, 0
+    while start < size:
+        end = min(start + chunk_bytes, size)
+        while end < size:  # cut after the chunk's last newline (grow the chunk for a huge line)
+            newlines = np.flatnonzero(data[start:end] == 10)
+            if len(newlines):
+                end = start + int(newlines[-1]) + 1
+                break
+            end = min(end + chunk_bytes, size)
+        chunk_paths, chunk_lengths, chunk_labels = _parse_chunk(np.asarray(data[start:end]), filename, line + 1)
+        count = len(chunk_labels)
+        paths[used:used + len(chunk_paths)] = chunk_paths
+        np.cumsum(chunk_lengths, out=offsets[line + 1:line + 1 + count])
+        offsets[line + 1:line + 1 + count] += used
+        labels[line:line + count] = chunk_labels
+        used += len(chunk_paths)
+        line += count
+        start = end
+    del data
+    return paths[:used], offsets, labels
+
+
+def _source_key(filename: str) -> dict:
+    st = os.stat(filename)
+    return {'version': FORMAT_VERSION, 'size': st.st_size, 'mtime_ns': st.st_mtime_ns}
+
+
+def _write_cache(cache_path: str, key: dict, arrays: dict) -> None:
+    layout, offset = {}, 0
+    for name, arr in arrays.items():
+        layout[name] = {'dtype': arr.dtype.str, 'shape': list(arr.shape), 'offset': offset}
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    header = json.dumps({**key, 'arrays': layout}).encode()
+    data_start = -(-(len(MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
+    folder = osp.dirname(osp.abspath(cache_path))
+    fd, tmp = tempfile.mkstemp(prefix=osp.basename(cache_path) + '.', suffix='.tmp', dir=folder)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(MAGIC + struct.pack('<Q', len(header)) + header)
+            for name, arr in arrays.items():
+                f.seek(data_start + layout[name]['offset'])
+                f.write(np.ascontiguousarray(arr).data)
+            f.truncate(data_start + offset)
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; others reading the data may share it
+        # Readers (other ranks, spawned workers) see the old file or the complete new one.
+        os.replace(tmp, cache_path)
+    except BaseException:
+        if osp.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read_cache(cache_path: str, key: dict) -> Optional[dict]:
+    """The memory-mapped arrays of ``cache_path`` if it exists and matches ``key``, else None."""
+    try:
+        with open(cache_path, 'rb') as f:
+            if f.read(len(MAGIC)) != MAGIC:
+                return None
+            (length,) = struct.unpack('<Q', f.read(8))
+            header = json.loads(f.read(length))
+            file_size = os.fstat(f.fileno()).st_size
+    except (OSError, ValueError, struct.error):
+        return None
+    if any(header.get(k) != v for k, v in key.items()):
+        return None
+    data_start = -(-(len(MAGIC) + 8 + length) // _ALIGN) * _ALIGN
+    arrays = {}
+    for name, spec in header['arrays'].items():
+        dtype, shape = np.dtype(spec['dtype']), tuple(spec['shape'])
+        offset = data_start + spec['offset']
+        if offset + int(np.prod(shape)) * dtype.itemsize > file_size:
+            return None  # truncated
+        arrays[name] = (np.memmap(cache_path, dtype=dtype, mode='r', offset=offset, shape=shape)
+                        if np.prod(shape) else np.zeros(shape, dtype))
+    return arrays
+
+
+class ListFileIndex:
+    """The paths and labels of a list file, held in (memory-mapped) arrays.
+
+    Use :meth:`open`. The index is read-only; copies share it, and pickling it sends the cache file's
+    name (re-opened and re-checked on the other side) or, without a cache, the arrays.
+
+    Args:
+        paths (np.ndarray): uint8 bytes of all paths.
+        offsets (np.ndarray): int64 start of each path in ``paths``, plus the end.
+        labels (np.ndarray): int32 label of each line.
+        cache_path (str, optional): The cache file the arrays are mapped from. Defaults to None.
+        key (dict, optional): The list file's size and mtime the cache was built for. Defaults to None.
+    """
+
+    def __init__(self, paths: np.ndarray, offsets: np.ndarray, labels: np.ndarray,
+                 cache_path: Optional[str] = None, key: Optional[dict] = None):
+        self.paths, self.offsets, self.labels = paths, offsets, labels
+        self.cache_path, self.key = cache_path, key
+
+    @classmethod
+    def open(cls, filename: str, cache: bool = True) -> 'ListFileIndex':
+        """Index ``filename``, reusing or (re)writing ``<filename>.index`` when ``cache`` is True.
+
+        Args:
+            filename (str): The list file.
+            cache (bool): Read and write the cache next to the list file. When its folder is not
+                writable, the index is built in memory and a warning says so. Defaults to True.
+
+        Returns:
+            ListFileIndex: The index.
+        """
+        key = _source_key(filename)
+        cache_path = osp.abspath(filename) + CACHE_SUFFIX  # pickled: valid from any working dir
+        if cache:
+            arrays = _read_cache(cache_path, key)
+            if arrays is not None:
+                return cls(**arrays, cache_path=cache_path, key=key)
+        paths, offsets, labels = parse_list_file(filename)
+        if _source_key(filename) != key:
+            raise RuntimeError(f'{filename} changed while it was being indexed; try again.')
+        if not cache:
+            return cls(paths, offsets, labels)
+        try:
+            _write_cache(cache_path, key, {'paths': paths, 'offsets': offsets, 'labels': labels})
+        except OSError as err:
+            warnings.warn(f'Could not write the list-file index {cache_path!r} ({err}); indexing '
+                          f'{filename!r} in memory, which every run repeats and which spawned dataloader '
+                          f'workers receive as a copy. Make the folder writable to cache it.')
+            return cls(paths, offsets, labels)
+        arrays = _read_cache(cache_path, key)
+        if arrays is None:  # replaced by a newer list file meanwhile: keep what was parsed
+            return cls(paths, offsets, labels)
+        return cls(**arrays, cache_path=cache_path, key=key)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def path(self, i: int) -> str:
+        """The relative path of line ``i`` (0-based)."""
+        return self.paths[self.offsets[i]:self.offsets[i + 1]].tobytes().decode('utf-8')
+
+    def label(self, i: int) -> int:
+        """The label of line ``i`` (0-based)."""
+        return int(self.labels[i])
+
+    def __getstate__(self) -> dict:
+        if self.cache_path is not None:  # a name, not the (mapped) arrays
+            return {'cache_path': self.cache_path, 'key': self.key}
+        return {'paths': self.paths, 'offsets': self.offsets, 'labels': self.labels}
+
+    def __setstate__(self, state: dict) -> None:
+        if 'cache_path' in state:
+            arrays = _read_cache(state['cache_path'], state['key'])
+            if arrays is None:
+                raise RuntimeError(
+                    f"The list-file index {state['cache_path']!r} changed or vanished after the dataset "
+                    f'was built (was the list file edited during the run?); restart the run.')
+            self.__init__(**arrays, cache_path=state['cache_path'], key=state['key'])
+        else:
+            self.__init__(**state)
+
+    def __deepcopy__(self, memo) -> 'ListFileIndex':
+        return self  # read-only: sharing is a copy
+
+
+class CompactListMixin:
+    """Serve a mmpretrain ``CustomDataset``-style list file from a :class:`ListFileIndex`.
+
+    Put it before mmpretrain's class in the bases. With ``ann_file`` set, the list file is indexed
+    instead of parsed into dicts; without it (folder layout) the base class does everything.
+    ``indices``, ``get_subset``/``get_subset_``, ``metainfo``, ``lazy_init`` and ``test_mode`` keep
+    mmengine's meaning. ``with_label=False`` is refused.
+
+    Args:
+        index_cache (bool): Keep the index next to the list file (``<ann_file>.index``) and
+            memory-map it. Defaults to True.
+        *args, **kwargs: The base class's arguments.
+    """
+
+    def __init__(self, *args, index_cache: bool = True, **kwargs):
+        self.index_cache = index_cache
+        self._index: Optional[ListFileIndex] = None
+        self._selection: Optional[np.ndarray] = None  # positions in the index after ``indices``
+        super().__init__(*args, **kwargs)
+
+    def _compact(self) -> bool:
+        return bool(self.ann_file)
+
+    def full_init(self):
+        if not self._compact():
+            return super().full_init()
+        if self._fully_initialized:
+            return
+        if not getattr(self, 'with_label', True):
+            raise ValueError(f'{type(self).__name__}: with_label=False is not supported for list files; '
+                             f"use mmpretrain's CustomDataset for a list of paths without labels.")
+        self._index = ListFileIndex.open(self.ann_file, cache=self.index_cache)
+        self._selection = None
+        if self._indices is not None:
+            self._selection = self._positions(self._indices)
+        # As mmpretrain's BaseDataset.full_init: OpenMMLab 2.0 'categories' give 'classes'.
+        if 'categories' in self._metainfo and 'classes' not in self._metainfo:
+            categories = sorted(self._metainfo['categories'], key=lambda x: x['id'])
+            self._metainfo['classes'] = tuple(cat['category_name'] for cat in categories)
+        self._fully_initialized = True
+
+    def _rows(self) -> np.ndarray:
+        return self._selection if self._selection is not None else np.arange(len(self._index))
+
+    def _positions(self, indices: Union[int, Sequence[int]]) -> np.ndarray:
+        """Index rows kept by mmengine's ``indices`` semantics (int: first/last n; sequence: these)."""
+        rows = self._rows()
+        if isinstance(indices, (int, np.integer)):
+            return rows[:indices] if indices >= 0 else rows[indices:]
+        if isinstance(indices, (Sequence, np.ndarray)):
+            pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+            n = len(rows)
+            bad = pos[(pos >= n) | (pos < -n)]
+            if len(bad):
+                raise IndexError(f'index {int(bad[0])} is out of range for a dataset of {n} samples')
+            return rows[pos]
+        raise TypeError(f'indices should be an int or a sequence of int, but got {type(indices)}')
+
+    @force_full_init
+    def __len__(self) -> int:
+        if not self._compact():
+            return super().__len__()
+        return len(self._selection) if self._selection is not None else len(self._index)
+
+    @force_full_init
+    def get_data_info(self, idx: int) -> dict:
+        if not self._compact():
+            return super().get_data_info(idx)
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f'index {idx} is out of range for a dataset of {n} samples')
+        idx = int(idx) % n if n else idx
+        row = int(self._selection[idx]) if self._selection is not None else idx
+        # mmpretrain joins with the file backend's join_path, which is os.path.join for local files.
+        return {'img_path': osp.join(self.img_prefix, self._index.path(row)),
+                'gt_label': self._index.label(row), 'sample_idx': idx}
+
+    @force_full_init
+    def get_cat_ids(self, idx: int):
+        if not self._compact():
+            return super().get_cat_ids(idx)
+        return [int(self.get_data_info(idx)['gt_label'])]
+
+    @force_full_init
+    def get_gt_labels(self) -> np.ndarray:
+        if not self._compact():
+            return super().get_gt_labels()
+        labels = self._index.labels
+        return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
+
+    @force_full_init
+    def get_subset_(self, indices: Union[int, Sequence[int]]) -> None:
+        if not self._compact():
+            return super().get_subset_(indices)
+        self._selection = self._positions(indices)
+
+    @force_full_init
+    def get_subset(self, indices: Union[int, Sequence[int]]):
+        if not self._compact():
+            return super().get_subset(indices)
+        # mmengine's default ``memo`` is one dict shared by all calls: pass a fresh one. The copy
+        # shares the (read-only) index and deep-copies the rest.
+        sub = self._copy_without_annotation({})
+        sub._selection = self._positions(indices)
+        return sub
