@@ -26,5 +26,6 @@ setup(
         'xla': ['torch-xla'],
         'det': ['mmdet>=3.3.0,<3.4', 'pycocotools'],
         'tests': ['pytest', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib'],
+        'deploy': ['onnx', 'onnxruntime'],
     },
 )

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
+from helpers.common import load_tool
 from helpers.loss_recorder import LossRecorderHook
 from vit_plugin.models.backbones.vit import ViT
 from vit_plugin.models.layers import window_attention_mask
@@ -394,6 +395,41 @@ def _demo_runner(tmp_path, max_epochs, num_images, **overrides):
     return Runner.from_cfg(cfg)
 
 
+def _infer_draws_the_shapes(runner, tmp_path):
+    """tools/infer.py with the trained detector's config and checkpoint: a PNG per image with the boxes
+    drawn, and detections whose classes and boxes match the generated ground truth."""
+    import mmcv
+    runner.save_checkpoint(str(tmp_path), 'shapes.pth')
+    config = tmp_path / 'shapes_cfg.py'
+    runner.cfg.dump(str(config))
+    data_root = runner.cfg.val_dataloader.dataset.data_root
+    with open(osp.join(data_root, 'annotations', 'instances_val.json')) as f:
+        coco = json.load(f)
+    names = {c['id']: c['name'] for c in coco['categories']}
+    images = coco['images'][:3]
+    paths = [osp.join(data_root, runner.cfg.val_dataloader.dataset.data_prefix['img'], im['file_name'])
+             for im in images]
+    results = load_tool('infer.py').main([str(config), str(tmp_path / 'shapes.pth'), *paths, '--out-dir',
+                                          str(tmp_path / 'vis'), '--score-thr', '0.5', '--batch-size', '2'])
+    found = 0
+    for image, path, result in zip(images, paths, results):
+        drawn = mmcv.imread(result['drawn'])
+        assert result['drawn'].endswith('.png') and drawn.shape == mmcv.imread(path).shape
+        assert np.abs(drawn.astype(int) - mmcv.imread(path).astype(int)).sum() > 0  # something was drawn
+        truth = [(names[a['category_id']], a['bbox']) for a in coco['annotations'] if a['image_id'] == image['id']]
+        for det in result['detections']:
+            x0, y0, x1, y1 = det['bbox']
+            # a detection overlapping a ground-truth shape of its class (IoU > 0.5)
+            for name, (gx, gy, gw, gh) in truth:
+                iw = max(0., min(x1, gx + gw) - max(x0, gx))
+                ih = max(0., min(y1, gy + gh) - max(y0, gy))
+                union = (x1 - x0) * (y1 - y0) + gw * gh - iw * ih
+                if name == det['name'] and iw * ih / union > 0.5:
+                    found += 1
+                    break
+    assert found >= 3, results  # three images with up to 4 shapes each: at least one right detection each on average
+
+
 @pytest.mark.slow
 def test_short_training_on_shapes_learns_and_is_coco_evaluated(tmp_path):
     """Real mmdet training on CPU from scratch: losses finite and falling, COCO bbox and segm evaluation,
@@ -414,6 +450,7 @@ def test_short_training_on_shapes_learns_and_is_coco_evaluated(tmp_path):
     # features and the same run reached 0.058 / 0.042: the bar sits between the two.
     assert metrics['coco/bbox_mAP_50'] >= 0.4, metrics
     assert metrics['coco/segm_mAP_50'] >= 0.4, metrics
+    _infer_draws_the_shapes(runner, tmp_path)
     untrained = _build_detector(runner.cfg)
     untrained.init_weights()
     runner.model = untrained  # the evaluation loop reads the runner's model at every batch

@@ -12,6 +12,8 @@ Examples::
     # timm weights -> ours, and ours -> timm
     python tools/convert_checkpoint.py timm_vit.pth ours.pth --src-format timm
     python tools/convert_checkpoint.py ours.pth timm_vit.pth --dst-format timm
+    # the encoder of an mmpretrain MAE / MaskFeat training checkpoint (decoder, mask token, HOG dropped)
+    python tools/convert_checkpoint.py work_dirs/mae/iter_800.pth mae-encoder.pth --src-format mmpretrain_mim
 
 It prints what it loaded, resized and dropped, and a backbone config for the weights. Unknown or
 missing keys are errors unless --allow-unknown / --allow-missing; DST is written atomically (no
@@ -35,7 +37,8 @@ def parse_args(argv=None):
     parser.add_argument('src', help='source checkpoint (.npz: official JAX; .pth/.pt/.bin: PyTorch)')
     parser.add_argument('dst', help='output .pth (written atomically)')
     parser.add_argument('--src-format', default='auto', choices=SRC_FORMATS,
-                        help='source layout; auto: .npz -> jax, otherwise detected from the key names')
+                        help='source layout (mmpretrain_mim: an MAE/MaskFeat training checkpoint); auto: .npz -> '
+                             'jax, otherwise detected from the key names')
     parser.add_argument('--dst-format', default='vit_plugin', choices=DST_FORMATS,
                         help='output layout (default: ours, backbone.* + head.layers.*)')
     parser.add_argument('--arch', help='fail unless the weights are of this ViT arch (ti, s, b, l, h, ...)')

@@ -33,7 +33,7 @@ verify() {
   "$VENV/bin/python" - <<'PY'
 import importlib, sys
 for name in ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmcv.ops', 'mmpretrain.models', 'mmdet',
-             'mmdet.models', 'torch_xla', 'timm', 'scipy'):
+             'mmdet.models', 'torch_xla', 'timm', 'scipy', 'onnx', 'onnxruntime'):
     importlib.import_module(name)
 import mmcv, mmdet, mmengine, mmpretrain, torch, torch_xla
 print(f'[setup] ok: torch {torch.__version__}, torch_xla {torch_xla.__version__}, mmengine '
@@ -83,8 +83,8 @@ fi
 log "installing $(basename "$MMCV_WHEEL")"
 pip_run install -q "${CONSTRAINTS[@]}" "$MMCV_WHEEL"
 
-log "installing test tools and vit_plugin (editable)"
-pip_run install -q "${CONSTRAINTS[@]}" -r requirements/tests.txt
+log "installing test and export tools and vit_plugin (editable)"
+pip_run install -q "${CONSTRAINTS[@]}" -r requirements/tests.txt -r requirements/deploy.txt
 pip_run install -q --no-deps --no-build-isolation -e .
 
 verify

@@ -55,6 +55,8 @@ def main(argv=None):
                          f'has no official test split); evaluate a fine-tuning config instead.')
     cfg.load_from = args.checkpoint
     cfg.resume = False
+    from vit_plugin.engine.hooks import use_input_norm_check
+    use_input_norm_check(cfg)
     # Evaluation needs no training state: drop what would only be built for training.
     cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = cfg.param_scheduler = None
     setup_launcher(cfg, args)

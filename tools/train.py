@@ -8,7 +8,7 @@ Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchru
 TPUs: ``PJRT_DEVICE=TPU python tools/train.py CONFIG --launcher xla`` (one process per device;
 ``--amp`` means bf16 there); add ``--xla-spmd`` for one process per host with the batch and the
 weights split over a device mesh, and ``--xla-layer-scan`` to compile one Transformer block instead
-of all of them. See the README section on torch_xla.
+of all of them. See docs/scaling.md.
 ``--amp bf16`` trains in bf16 on any device: mmengine's AmpOptimWrapper on GPUs, bf16 autocast on
 CPU (vit_plugin.CPUAmpOptimWrapper), XLA autocast on TPUs.
 SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and exit status 75
@@ -155,8 +155,10 @@ def merge_args(cfg, args):
                 cfg[name]['pin_memory'] = False
     if args.fsdp:
         use_fsdp(cfg)
+    from vit_plugin.engine.hooks import use_input_norm_check
     from vit_plugin.engine.preemption import use_preemption_safe_hooks
     use_preemption_safe_hooks(cfg)
+    use_input_norm_check(cfg)
     return cfg
 
 

@@ -1,4 +1,5 @@
-"""Figures of the MPP study, drawn from its ``results.json`` content."""
+"""Figures of the MPP study, drawn from its ``results.json`` content, and of the comparison with MAE and
+MaskFeat (``comparison.json``)."""
 import numpy as np
 
 COLORS = {'mpp': 'tab:purple', 'scratch': 'tab:orange', 'random_init': 'tab:orange'}
@@ -76,6 +77,49 @@ def pretraining(results, path):
         ax.set_xticklabels([f'{k}-shot' for k in shots])
         ax.set(ylabel='few-shot test top-1 (%)', title='ablations (seed 0): targets and corruption rate')
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+#: Colours of the comparison's arms (the MPP study's purple and orange kept).
+ARM_COLORS = {'scratch': 'tab:orange', 'scratch_matched': 'tab:brown', 'mpp': 'tab:purple', 'mae': 'tab:blue',
+              'maskfeat': 'tab:green', 'random_init': 'tab:orange'}
+
+
+def mim_comparison(results, path, arms):
+    """``compare_mim.py``'s figure. Left: fine-tuned test top-1 against labelled images per class for
+    every arm. Right: the few-shot probe of each method's frozen features and of random features.
+    Error bars are the std over seeds; ``arms`` maps result keys to legend names."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    eff = results['label_efficiency']
+    keys = list(eff['scratch']['top1'])
+    # "all" sits at the full per-class count on the log axis
+    xs = [eff['scratch']['top1'][k]['train_images'] / 10 if k == 'all' else int(k) for k in keys]
+    for arm, name in arms.items():
+        top1 = eff[arm]['top1']
+        left.errorbar(xs, [top1[k]['mean'] for k in keys], yerr=[top1[k]['std'] for k in keys], marker='o',
+                      capsize=3, color=ARM_COLORS.get(arm), ls=':' if arm == 'scratch_matched' else '-',
+                      label=f"{name} ({eff[arm]['iters']} it.)")
+    left.set_xscale('log')
+    left.set_xticks(xs)
+    left.set_xticklabels(keys)
+    left.set(xlabel='labelled images per class', ylabel='test top-1 (%)',
+             title=f"fine-tuned (pre-training {results['pretraining']['iters']} it.)")
+    probe = results['fewshot']
+    for arm, name in [('random_init', 'random features')] + [(a, n) for a, n in arms.items() if a in probe]:
+        shots = list(probe[arm])
+        right.errorbar([int(k) for k in shots], [probe[arm][k]['mean'] for k in shots],
+                       yerr=[probe[arm][k]['std'] for k in shots], marker='s', ls='--', capsize=3,
+                       color=ARM_COLORS.get(arm), label=name)
+    right.set_xscale('log')
+    right.set_xticks([int(k) for k in probe['random_init']])
+    right.set_xticklabels(list(probe['random_init']))
+    right.set(xlabel='shots per class', title='few-shot linear probe of frozen features')
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import study
-from study import ROOT, mean_std
+from study import ROOT
 
 #: ``full`` is what the README reports; ``toy`` runs every step with a few iterations (tests).
 BUDGETS = dict(
@@ -70,25 +70,19 @@ def pretraining(args, budget, results):
 def probes(args, budget, models, results):
     """Few-shot probe of the frozen MPP backbones (one per pre-training seed) and of random inits."""
     shots = budget['shots']
-    out = {'mpp': {}, 'random_init': {}}
-    for seed, run in models.items():
-        out['mpp'][seed] = study.fewshot_probe(run['model'].backbone, args.data_root, shots, [seed])
-        rand = study.random_backbone(run['config'].model, seed)
-        out['random_init'][seed] = study.fewshot_probe(rand, args.data_root, shots, [seed])
-    results['fewshot'] = {name: {k: mean_std([per_seed[s][k]['mean'] for s in per_seed]) for k in map(str, shots)}
-                          for name, per_seed in out.items()}
+    results['fewshot'] = {
+        'mpp': study.probe_over_seeds({seed: run['model'].backbone for seed, run in models.items()}, args.data_root,
+                                      shots),
+        'random_init': study.probe_over_seeds(
+            {seed: study.random_backbone(run['config'].model, seed) for seed, run in models.items()}, args.data_root,
+            shots)}
 
 
 def label_efficiency(args, budget, models, results):
-    table = {'mpp': {}, 'scratch': {}}
-    for labels in budget['labels']:
-        key = str(labels or 'all')
-        for arm in table:
-            runs = [study.finetune(args.work_dir, args.data_root, budget['ft_iters'], seed, labels,
-                                   checkpoint=models[seed]['checkpoint'] if arm == 'mpp' else None)
-                    for seed in budget['seeds']]
-            table[arm][key] = dict(mean_std([r['top1'] for r in runs]), train_images=runs[0]['train_images'],
-                                   seconds=float(np.mean([r['seconds'] for r in runs])))
+    table = {arm: study.label_efficiency(args.work_dir, args.data_root, budget['ft_iters'], budget['seeds'],
+                                         budget['labels'], checkpoints=checkpoints)
+             for arm, checkpoints in (('mpp', {s: models[s]['checkpoint'] for s in budget['seeds']}),
+                                      ('scratch', None))}
     results['label_efficiency'] = dict(ft_iters=budget['ft_iters'], top1=table)
 
 

@@ -1,8 +1,9 @@
 """The pieces of the MPP study on the embedded digits: pre-train, fine-tune, probe, measure.
 
-``run_experiment.py`` strings them together; each function runs one mmengine ``Runner`` (or none) in
-this process and returns plain numbers, so other pre-training methods can be fed to the same
-downstream code by handing it a checkpoint whose ``backbone.`` weights fit ``configs/_tiny_vit.py``.
+``run_experiment.py`` strings them together for MPP, ``compare_mim.py`` for MPP, MAE and MaskFeat; each
+function runs one mmengine ``Runner`` (or none) in this process and returns plain numbers, so other
+pre-training methods are fed to the same downstream code by handing it a checkpoint whose
+``backbone.`` weights fit ``configs/_tiny_vit.py``.
 """
 import glob
 import os
@@ -60,14 +61,27 @@ def _train(cfg, name, work_dir):
     return runner, time.time() - start
 
 
-def pretrain_mpp(work_dir, data_root, iters, seed=0, name='mpp', **model_overrides):
-    """MPP pre-training of the tiny ViT on the digits' training split (labels unused).
+def pretrain(config, work_dir, data_root, iters, seed=0, name=None, **model_overrides):
+    """Self-supervised pre-training of the tiny ViT on the digits' training split (labels unused) with the
+    method of ``config`` (MPP, MAE, MaskFeat), for ``iters`` iterations.
 
-    ``model_overrides`` change the objective, e.g. ``corrupt_ratio=0.15`` or
-    ``head=dict(target='pixel_l2')``. Returns a dict with the loss curve, time and checkpoint path.
+    Args:
+        config (str): Config file name in ``configs/``, e.g. 'mpp_tiny-vit_digits.py'.
+        work_dir (str): Parent of the run's directory.
+        data_root (str): The digits dataset.
+        iters (int): Iterations (warm-up: a fifteenth of them, then cosine).
+        seed (int): Seed of the run. Defaults to 0.
+        name (str, optional): Run directory under ``work_dir``. Defaults to None: the config's name
+            and the seed.
+        **model_overrides: Changes to the config's model, e.g. ``corrupt_ratio=0.15`` or
+            ``head=dict(target='pixel_l2')`` (a dict updates that part of the model).
+
+    Returns:
+        dict: ``loss`` (per iteration), ``seconds`` (training wall-clock), ``images`` (images seen:
+        iterations x batch), ``config``, ``model`` and ``checkpoint`` (the runner's last checkpoint).
     """
     from mmengine.config import Config
-    cfg = Config.fromfile(osp.join(CONFIGS, 'mpp_tiny-vit_digits.py'))
+    cfg = Config.fromfile(osp.join(CONFIGS, config))
     for key, value in model_overrides.items():
         if isinstance(value, dict):
             cfg.model[key].update(value)
@@ -77,16 +91,21 @@ def pretrain_mpp(work_dir, data_root, iters, seed=0, name='mpp', **model_overrid
     cfg.train_dataloader.dataset.data_root = data_root
     cfg.train_dataloader.num_workers = 0
     cfg.randomness = dict(seed=seed)
+    name = name or f"{osp.splitext(config)[0]}-seed{seed}"
     runner, seconds = _train(cfg, name, work_dir)
     loss = [float(v) for v in runner.message_hub.get_scalar('train/loss').data[0]]
-    return dict(loss=loss, seconds=seconds, config=cfg, model=runner.model,
-                checkpoint=osp.join(cfg.work_dir, f'iter_{iters}.pth'))
+    return dict(loss=loss, seconds=seconds, images=iters * cfg.train_dataloader.batch_size, config=cfg,
+                model=runner.model, checkpoint=osp.join(cfg.work_dir, f'iter_{iters}.pth'))
 
 
-def finetune(work_dir, data_root, iters, seed, labels_per_class=None, checkpoint=None, name=None):
-    """Supervised training of the tiny ViT from ``checkpoint`` (its ``backbone.`` weights) or from random
-    initialisation, on ``labels_per_class`` labelled images of every class (None: all), with the same
-    recipe and number of iterations either way. Returns test top-1 (%) and time."""
+def pretrain_mpp(work_dir, data_root, iters, seed=0, name='mpp', **model_overrides):
+    """MPP pre-training (``configs/mpp_tiny-vit_digits.py``); see :func:`pretrain`."""
+    return pretrain('mpp_tiny-vit_digits.py', work_dir, data_root, iters, seed=seed, name=name, **model_overrides)
+
+
+def finetune_config(data_root, iters, seed, labels_per_class=None, checkpoint=None):
+    """The config of one supervised run (see :func:`finetune`). Every arm gets the same recipe; only the
+    backbone's ``init_cfg`` tells a pre-trained arm from a scratch one."""
     from mmengine.config import Config
     cfg = Config.fromfile(osp.join(CONFIGS, 'tiny-vit_digits_ft-mpp.py' if checkpoint
                                    else 'tiny-vit_digits_scratch.py'))
@@ -101,10 +120,47 @@ def finetune(work_dir, data_root, iters, seed, labels_per_class=None, checkpoint
     cfg.train_dataloader.dataset = dict(type='vit_plugin.LabelSubsetDataset', dataset=cfg.train_dataloader.dataset,
                                         num_per_class=labels_per_class, seed=seed)
     cfg.randomness = dict(seed=seed)
+    return cfg
+
+
+def finetune(work_dir, data_root, iters, seed, labels_per_class=None, checkpoint=None, name=None):
+    """Supervised training of the tiny ViT from ``checkpoint`` (its ``backbone.`` weights) or from random
+    initialisation, on ``labels_per_class`` labelled images of every class (None: all), with the same
+    recipe and number of iterations either way. Returns test top-1 (%), time, the number of labelled
+    training images and the images seen (iterations x batch)."""
+    cfg = finetune_config(data_root, iters, seed, labels_per_class, checkpoint)
     name = name or f"{'ft' if checkpoint else 'scratch'}-{labels_per_class or 'all'}pc-seed{seed}"
     runner, seconds = _train(cfg, name, work_dir)
     top1 = float(runner.message_hub.get_scalar('val/accuracy/top1').current())
-    return dict(top1=top1, seconds=seconds, train_images=len(runner.train_dataloader.dataset))
+    return dict(top1=top1, seconds=seconds, train_images=len(runner.train_dataloader.dataset),
+                images=iters * cfg.train_dataloader.batch_size)
+
+
+def label_efficiency(work_dir, data_root, iters, seeds, labels, checkpoints=None, prefix=None):
+    """Fine-tuning top-1 at every label count, mean +- std over ``seeds``.
+
+    Args:
+        work_dir (str): Parent of the runs' directories.
+        data_root (str): The digits dataset.
+        iters (int): Supervised iterations of every run.
+        seeds (list[int]): Seed s fine-tunes ``checkpoints[s]`` and draws its labelled subset with s.
+        labels (list[int | None]): Labelled images per class (None: all).
+        checkpoints (dict[int, str], optional): Pre-trained checkpoint per seed. Defaults to None
+            (random initialisation).
+        prefix (str, optional): Run names are ``{prefix}-{labels}pc-seed{seed}``. Defaults to None
+            ('ft' or 'scratch').
+
+    Returns:
+        dict: {'1', ..., 'all': mean/std/runs of top-1, ``train_images`` (labelled images),
+        ``images`` (images seen per run), ``seconds`` (mean per run)}.
+    """
+    table = {}
+    for n in labels:
+        runs = [finetune(work_dir, data_root, iters, seed, n, checkpoint=checkpoints[seed] if checkpoints else None,
+                         name=f'{prefix}-{n or "all"}pc-seed{seed}' if prefix else None) for seed in seeds]
+        table[str(n or 'all')] = dict(mean_std([r['top1'] for r in runs]), train_images=runs[0]['train_images'],
+                                      images=runs[0]['images'], seconds=float(np.mean([r['seconds'] for r in runs])))
+    return table
 
 
 # ------------------------------------------------------------------------------------------------ probes
@@ -146,6 +202,27 @@ def random_backbone(model_cfg, seed=0):
     backbone = MODELS.build(model_cfg.backbone)
     backbone.init_weights()
     return backbone
+
+
+def load_backbone(checkpoint):
+    """The tiny ViT (``configs/_tiny_vit.py``) with the ``backbone.`` weights of ``checkpoint``: a
+    pre-training runner's checkpoint of MPP or a converted MAE / MaskFeat encoder. Every key must fit."""
+    from mmengine.config import Config
+    from mmpretrain.registry import MODELS
+
+    from vit_plugin.checkpoint import safe_torch_load
+    backbone = MODELS.build(Config.fromfile(osp.join(CONFIGS, '_tiny_vit.py')).backbone)
+    state = safe_torch_load(checkpoint)
+    state = state.get('state_dict', state)
+    backbone.load_state_dict({k[len('backbone.'):]: v for k, v in state.items() if k.startswith('backbone.')})
+    return backbone
+
+
+def probe_over_seeds(backbones, data_root, shots):
+    """The few-shot probe of one backbone per seed (its shots drawn with that seed), mean +- std over the
+    seeds: {shots: mean/std/runs of test top-1 (%)}."""
+    per_seed = {seed: fewshot_probe(backbone, data_root, shots, [seed]) for seed, backbone in backbones.items()}
+    return {k: mean_std([per_seed[s][k]['mean'] for s in per_seed]) for k in map(str, shots)}
 
 
 def marginal_entropy(data_root, patch_size):

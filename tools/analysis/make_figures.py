@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""All analysis figures of one checkpoint into one directory (the README gallery is made with it).
+"""All analysis figures of one checkpoint into one directory (the gallery in docs/evaluation.md is made with it).
 
     python tools/analysis/make_figures.py CONFIG CHECKPOINT --out-dir docs/figures
 

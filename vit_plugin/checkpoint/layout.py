@@ -12,6 +12,8 @@ here, not a list that may grow elsewhere, so that a file written today decodes t
   official JAX release). It overrides the model's ``pos_embed_load_mode``.
 * :data:`GELU_KEY` -- the GELU the weights were trained with, recorded when it is the tanh
   approximation of the official Flax model (exact GELU, PyTorch's default, needs no record).
+* :data:`NORM_KEY` -- the input normalisation the weights were trained with, a (2, 3) float tensor
+  ``[mean, std]`` in 0..255 pixel units (the official weights: 127.5 and 127.5, inputs in [-1, 1]).
 """
 import re
 from typing import Dict, Optional, Sequence, Tuple
@@ -26,8 +28,12 @@ GELU_KEY = 'gelu_approximate'
 #: On-disk meaning of the integer under :data:`GELU_KEY` (append only, never reorder).
 RECORDED_GELUS = ('none', 'tanh')
 
+NORM_KEY = 'input_normalization'
+#: What the official JAX weights expect: ``(x - 127.5) / 127.5`` maps 0..255 pixels to [-1, 1].
+OFFICIAL_INPUT_NORM = ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5))
+
 #: Keys relative to the backbone that hold records, not weights.
-RECORD_KEYS = (MODE_KEY, GELU_KEY)
+RECORD_KEYS = (MODE_KEY, GELU_KEY, NORM_KEY)
 
 
 def _encode(value: str, table: Sequence[str], key: str) -> torch.Tensor:
@@ -63,6 +69,25 @@ def encode_gelu(approximate: str) -> torch.Tensor:
 def decode_gelu(value: torch.Tensor, key: str = GELU_KEY) -> str:
     """Inverse of :func:`encode_gelu`; a clear error for anything else."""
     return _decode(value, RECORDED_GELUS, key)
+
+
+def encode_input_norm(mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """The tensor stored under :data:`NORM_KEY`: ``[mean, std]`` per RGB channel, 0..255 units."""
+    mean, std = [float(v) for v in mean], [float(v) for v in std]
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+        raise ValueError(f'{NORM_KEY}: expected 3 means and 3 positive stds (0..255 units), got mean={mean}, '
+                         f'std={std}')
+    return torch.tensor([mean, std], dtype=torch.float32)
+
+
+def decode_input_norm(value, key: str = NORM_KEY) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+    """Inverse of :func:`encode_input_norm`: ``(mean, std)``; a clear error for anything else."""
+    if not (torch.is_tensor(value) and tuple(value.shape) == (2, 3) and bool(torch.isfinite(value).all())
+            and bool((value[1] > 0).all())):
+        raise ValueError(f'{key}: expected a (2, 3) tensor [mean, std] in 0..255 units, got {value!r}; the file '
+                         'was written by a newer version or edited by hand. Delete the key to skip the check.')
+    mean, std = value.double().tolist()
+    return tuple(round(v, 4) for v in mean), tuple(round(v, 4) for v in std)
 
 
 def resize_mode_for(state_dict: Dict[str, torch.Tensor], prefix: str, fallback: str,

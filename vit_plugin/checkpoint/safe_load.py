@@ -5,8 +5,8 @@ config does) calls :func:`install`, which replaces mmengine's checkpoint loaders
 for ``http://`` / ``https://`` URLs *for the whole process*: every checkpoint mmengine reads through
 them afterwards -- ``init_cfg=dict(type='Pretrained')``, ``load_from``, ``--resume``, of any model, ours
 or not -- goes through :func:`load_local_checkpoint` / :func:`load_url_checkpoint`. mmengine's other
-schemes (``open-mmlab://``, ``torchvision://``, ``s3://`` ...) are left as they are. README section
-"Checkpoints are loaded safely" is the user-facing description of this.
+schemes (``open-mmlab://``, ``torchvision://``, ``s3://`` ...) are left as they are. docs/installation.md
+("Checkpoints are loaded safely") is the user-facing description of this.
 
 What the replacement does:
 

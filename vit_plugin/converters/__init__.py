@@ -7,12 +7,12 @@ prefix='backbone.')`` and ``load_from='ViT-B_16.npz'`` read official JAX checkpo
 from ..checkpoint import register_checkpoint_format
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport
 from .jax_npz import convert_jax_vit, inspect_jax_vit, load_official_npz, read_npz
-from .torch_formats import (detect_torch_format, mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain,
-                            vit_to_timm)
+from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
+                            vit_to_mmpretrain, vit_to_timm)
 from .transfer import finetune_transfer
 
 register_checkpoint_format('.npz', load_official_npz)
 
 __all__ = ['BACKBONE_PREFIX', 'HEAD_PREFIX', 'ConversionError', 'ConversionReport', 'convert_jax_vit',
            'detect_torch_format', 'finetune_transfer', 'inspect_jax_vit', 'load_official_npz',
-           'mmpretrain_to_vit', 'read_npz', 'timm_to_vit', 'vit_to_mmpretrain', 'vit_to_timm']
+           'mmpretrain_mim_to_vit', 'mmpretrain_to_vit', 'read_npz', 'timm_to_vit', 'vit_to_mmpretrain', 'vit_to_timm']

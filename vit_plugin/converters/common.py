@@ -26,6 +26,8 @@ class ConversionReport:
         dropped (list[str]): Source keys left out on purpose (e.g. the pre-training head).
         missing (list[str]): Keys a complete model needs that the source lacks.
         unknown (list[str]): Source keys the converter does not understand.
+        notes (list[str]): Facts about converted weights that change how they behave in our model
+            (e.g. a position embedding that was frozen in the source and is learnable in ours).
     """
     source: str = 'checkpoint'
     loaded: List[str] = field(default_factory=list)
@@ -33,6 +35,7 @@ class ConversionReport:
     dropped: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unknown: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """Multi-line human-readable summary (counts, then the keys of every non-empty category)."""
@@ -41,6 +44,7 @@ class ConversionReport:
         for name in ('resized', 'dropped', 'missing', 'unknown'):
             for item in getattr(self, name):
                 lines.append(f'  {name}: {item}')
+        lines += [f'  note: {item}' for item in self.notes]
         return '\n'.join(lines)
 
     def check(self, allow_unknown: bool = False, allow_missing: bool = False, hint: str = '') -> None:

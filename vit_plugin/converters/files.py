@@ -12,10 +12,11 @@ from ..models.patch_resize import resize_patch_embed
 from ..models.pos_embed import CHECKPOINT_RESIZE_MODE, infer_grid, resize_pos_embed, to_2tuple
 from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
 from .jax_npz import convert_jax_vit, read_npz
-from .torch_formats import detect_torch_format, mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm
+from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
+                            vit_to_mmpretrain, vit_to_timm)
 from .transfer import finetune_transfer
 
-SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'vit_plugin')
+SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'mmpretrain_mim', 'vit_plugin')
 DST_FORMATS = ('vit_plugin', 'timm', 'mmpretrain')
 
 
@@ -123,6 +124,8 @@ def convert_checkpoint_file(src: str,
             state_dict, report = timm_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
         elif src_format == 'mmpretrain':
             state_dict, report = mmpretrain_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+        elif src_format == 'mmpretrain_mim':  # MAE / MaskFeat training checkpoint: the encoder only
+            state_dict, report = mmpretrain_mim_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
         else:  # ours: a whole classifier, or a bare backbone that gets the whole-classifier prefix
             raw = strip_prefix(raw, ('module.', ))
             if not any(k.startswith(bp) for k in raw):

@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..checkpoint.layout import GELU_KEY, MODE_KEY, encode_gelu, encode_resize_mode
+from ..checkpoint.layout import (GELU_KEY, MODE_KEY, NORM_KEY, OFFICIAL_INPUT_NORM, encode_gelu, encode_input_norm,
+                                 encode_resize_mode)
 from ..models.pos_embed import infer_grid
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport, progress
 
@@ -338,6 +339,8 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
     state_dict[bp + 'pos_embed_grid'] = torch.tensor(info['grid'], dtype=torch.long)
     state_dict[bp + MODE_KEY] = encode_resize_mode('official')
     state_dict[bp + GELU_KEY] = encode_gelu('tanh')  # the official model's jax.nn.gelu defaults to tanh
+    # The official input pipeline feeds pixels scaled to [-1, 1]; ImageNet mean/std costs accuracy.
+    state_dict[bp + NORM_KEY] = encode_input_norm(*OFFICIAL_INPUT_NORM)
     report.missing = list(r.missing)
     report.unknown = sorted(set(r.keys) - r.used)
     return state_dict, report, info

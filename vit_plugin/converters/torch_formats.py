@@ -7,6 +7,7 @@ plain ViT does not have (register tokens, layer scale, ``fc_norm``, attention po
 reported as unknown instead of being silently dropped. mmpretrain's ``VisionTransformer`` uses
 other names (``layers.i.ln1``, ``ffn.layers.0.0`` ...) for the same tensors in the same layout.
 """
+import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -137,6 +138,67 @@ def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
     return out, report
 
 
+#: Parts of an mmpretrain masked-image-modelling training checkpoint (``MAE``, ``MaskFeat``) that are
+#: not the encoder: the decoder or projection (``neck``), the loss (``head``), the target (``HOG``
+#: buffers of ``target_generator``) and the normalisation of the inputs.
+MIM_PRETRAIN_PARTS = ('neck.', 'head.', 'target_generator.', 'data_preprocessor.')
+
+
+def mmpretrain_mim_to_vit(state_dict: Dict[str, torch.Tensor],
+                          backbone_prefix: str = BACKBONE_PREFIX,
+                          pos_embed_grid: Optional[Sequence[int]] = None,
+                          source: str = 'mmpretrain MIM state dict'
+                          ) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
+    """The encoder of mmpretrain's MAE (``MAEViT``) or MaskFeat (``MaskFeatViT``) -> our backbone.
+
+    Both encoders are mmpretrain ``VisionTransformer`` s (``patch_embed.projection``, ``layers.i.*``,
+    the final norm ``ln1``), so the tensors map as in :func:`mmpretrain_to_vit`; only the
+    pre-training parts around them differ:
+
+    * ``backbone.mask_token`` (MaskFeat's embedding of a masked patch) is dropped: a fine-tuned or
+      probed model never sees masked inputs.
+    * ``neck.*`` (MAE's decoder, MaskFeat's linear projection to HOG), ``head.*`` and
+      ``target_generator.*`` are dropped.
+    * MAE's position embedding is a fixed 2D sin-cos table (``requires_grad=False`` during
+      pre-training, zero for the class token). It becomes our learnable ``pos_embed``, initialised to
+      that table (a note in the report says so); outputs are unchanged.
+
+    The patch grid is recorded (``pos_embed_grid``); it is inferred when the table is square.
+
+    Args:
+        state_dict (dict): A whole self-supervised model (``backbone.*``, ``neck.*`` ...) or a bare
+            encoder (a 'module.' prefix is removed).
+        backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'.
+        pos_embed_grid (tuple[int, int], optional): Grid of a non-square table. Defaults to None.
+        source (str): Name used in the report. Defaults to 'mmpretrain MIM state dict'.
+
+    Returns:
+        tuple: (our backbone state dict, :class:`ConversionReport`).
+    """
+    inner, rest = _split(state_dict, 'backbone.')
+    outer = 'backbone.' if any(k.startswith('backbone.') for k in strip_prefix(state_dict, ('module.', ))) else ''
+    dropped = [outer + 'mask_token'] if 'mask_token' in inner else []
+    encoder = {k: v for k, v in inner.items() if k != 'mask_token'}
+    others = {k: v for k, v in rest.items() if not k.startswith(MIM_PRETRAIN_PARTS)}
+    dropped += sorted(k for k in rest if k.startswith(MIM_PRETRAIN_PARTS))
+    pos = encoder.get('pos_embed')
+    if pos_embed_grid is None and pos is not None:
+        side = math.isqrt(pos.shape[1] - int('cls_token' in encoder))
+        if side * side == pos.shape[1] - int('cls_token' in encoder):
+            pos_embed_grid = (side, side)
+    out, report = mmpretrain_to_vit({**{'backbone.' + k: v for k, v in encoder.items()}, **others},
+                                    backbone_prefix=backbone_prefix, head_prefix=None,
+                                    pos_embed_grid=pos_embed_grid, source=source)
+    report.dropped += dropped
+    if pos is not None and any(k.startswith('neck.decoder_') for k in rest):
+        report.notes.append(f"{backbone_prefix}pos_embed: MAE's fixed 2D sin-cos table, now learnable (initialised "
+                            f"to it; fine-tuning trains it)")
+    elif pos is not None:
+        report.notes.append(f'{backbone_prefix}pos_embed: loaded into our learnable table (if the source kept it '
+                            f'fixed, as MAE does, fine-tuning now trains it)')
+    return out, report
+
+
 def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
                       backbone_prefix: str = BACKBONE_PREFIX,
                       source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
@@ -166,10 +228,16 @@ def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
 
 
 def detect_torch_format(state_dict: Dict[str, torch.Tensor]) -> str:
-    """'vit_plugin', 'timm' or 'mmpretrain' from the key names (raises ValueError if none fits)."""
+    """'vit_plugin', 'timm', 'mmpretrain' or 'mmpretrain_mim' (an MAE / MaskFeat training checkpoint)
+    from the key names (raises ValueError if none fits)."""
     keys: List[str] = [k[len('module.'):] if k.startswith('module.') else k for k in state_dict]
     bare = [k[len('backbone.'):] if k.startswith('backbone.') else k for k in keys]
     if any(re.match(r'layers\.\d+\.ln1\.', k) for k in bare) or 'patch_embed.projection.weight' in bare:
+        # A masked-image-modelling model (MAE, MaskFeat): a mask token, a decoder or HOG buffers
+        # around the encoder, and no weights in its head (a classifier's head has some).
+        pretraining = 'mask_token' in bare or any(k.startswith(('neck.', 'target_generator.')) for k in keys)
+        if pretraining and not any(k.startswith('head.') for k in keys):
+            return 'mmpretrain_mim'
         return 'mmpretrain'
     if any(k.startswith('head.layers.') for k in keys) or 'pos_embed_grid' in bare:
         return 'vit_plugin'

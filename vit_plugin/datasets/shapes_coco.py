@@ -6,7 +6,7 @@ polygon masks. By default every class has its own hue (jittered per object), so 
 as outline identifies it; ``colour_mode='random'`` paints objects in any colour that contrasts with
 their surroundings, so that only the outline does. The random-colour variant is much harder for a
 ViT trained from scratch: with no convolutional prior its linear patch embedding sees a colour
-change, not an edge, and a tiny ViT learns little in a CPU-sized budget (see the README's shapes
+change, not an edge, and a tiny ViT learns little in a CPU-sized budget (see docs/detection.md, shapes
 results). Objects never overlap, so every polygon is exactly its visible mask. It exists so that
 the whole mmdet train / eval loop, COCO mAP included, can run on a CPU in seconds with no download:
 the tests and the detection demo config use it.

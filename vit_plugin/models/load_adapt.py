@@ -14,6 +14,9 @@ What it does, for the keys under ``prefix``:
   release) is consumed: it selects the interpolation and overrides the model's
   ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
   (:func:`~vit_plugin.checkpoint.layout.resize_mode_for`);
+* ``input_normalization`` (the official release's mean = std = 127.5) is consumed into the model's
+  ``expected_input_norm``, recorded again when saved, and checked against the data preprocessor by
+  :func:`~vit_plugin.models.input_norm.check_input_normalization`;
 * ``gelu_approximate`` (recorded with weights trained with the tanh GELU, e.g. the official ones) is
   consumed and sets the model's MLP GELU to it, logged as a warning when that changes the model; the
   model records it again when saved (:func:`record_gelu`);
@@ -41,7 +44,8 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from vit_plugin.checkpoint.layout import GELU_KEY, decode_gelu, encode_gelu, mmpretrain_to_ours_key, resize_mode_for
+from vit_plugin.checkpoint.layout import (GELU_KEY, NORM_KEY, decode_gelu, decode_input_norm, encode_gelu,
+                                         encode_input_norm, mmpretrain_to_ours_key, resize_mode_for)
 from .patch_resize import resize_patch_embed
 from .pos_embed import infer_grid, resize_pos_embed
 from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table
@@ -153,6 +157,21 @@ def _apply_recorded_gelu(model, state_dict, prefix) -> None:
               f'runs {approximate!r} in all {len(gelus)} MLPs, so it computes the function the weights were '
               f"trained for. To keep the model's own GELU, delete the key {GELU_KEY!r} from the state dict.",
               logger='current', level=logging.WARNING)
+
+
+def record_input_norm(model, state_dict, prefix, local_metadata) -> None:
+    """State-dict post-hook of the backbone: keep the input normalisation its weights expect (when
+    known, e.g. loaded from the official release) with the weights, through fine-tuning and back."""
+    if getattr(model, 'expected_input_norm', None) is not None:
+        state_dict[prefix + NORM_KEY] = encode_input_norm(*model.expected_input_norm)
+
+
+def _apply_recorded_input_norm(model, state_dict, prefix) -> None:
+    """Remember the input normalisation the weights were trained with (consumes the record); the
+    model's data preprocessor is checked against it by :func:`vit_plugin.models.check_input_normalization`."""
+    recorded = state_dict.pop(prefix + NORM_KEY, None)
+    if recorded is not None:
+        model.expected_input_norm = decode_input_norm(recorded, prefix + NORM_KEY)
 
 
 def _check_compatible(model, state_dict, prefix, table):
@@ -278,6 +297,7 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
     messages = [m for m in (_take_backbone_part(model, state_dict, prefix),
                             _rename_mmpretrain_keys(state_dict, prefix)) if m]
     _apply_recorded_gelu(model, state_dict, prefix)
+    _apply_recorded_input_norm(model, state_dict, prefix)
     mode, mode_source = resize_mode_for(state_dict, prefix, model.pos_embed_load_mode, consume=True,
                                         fallback_name="the model's pos_embed_load_mode")
     old_grid = state_dict.get(grid_key)

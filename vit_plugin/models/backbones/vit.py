@@ -10,7 +10,7 @@ from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
 from ..layers import EncoderBlock, PatchEmbed, lecun_normal_
-from ..load_adapt import adapt_vit_state_dict, record_gelu
+from ..load_adapt import adapt_vit_state_dict, record_gelu, record_input_norm
 from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed, to_2tuple
 from ..rel_pos import REL_POS_PARAM_SUFFIXES
 
@@ -54,7 +54,7 @@ class ViT(BaseModule):
     Args:
         arch (str | dict): A key of :attr:`arch_zoo` ('ti'/'tiny', 's'/'small', 'b'/'base',
             'l'/'large', 'h'/'huge') or a dict with ``embed_dims``, ``num_layers``, ``num_heads``,
-            ``mlp_dims``. Defaults to 'base'.
+            ``mlp_dims`` (or mmpretrain's name for it, ``feedforward_channels``). Defaults to 'base'.
         img_size (int | tuple[int, int]): Training resolution; fixes the stored position-embedding
             grid. Other input sizes work, the table is resized on the fly. Defaults to 224.
         patch_size (int | tuple[int, int]): Defaults to 16.
@@ -199,6 +199,10 @@ class ViT(BaseModule):
 
         self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
+        # The input normalisation the loaded weights were trained with ((mean, std) in 0..255 units),
+        # when a checkpoint records it; saved with the weights again.
+        self.expected_input_norm = None
+        self.register_state_dict_post_hook(record_input_norm)
         self._freeze_stages()
 
     # ------------------------------------------------------------------ construction helpers
@@ -210,8 +214,21 @@ class ViT(BaseModule):
                                f'or pass a dict with embed_dims, num_layers, num_heads, mlp_dims')
             return dict(self.arch_zoo[key])
         required = {'embed_dims', 'num_layers', 'num_heads', 'mlp_dims'}
+        if isinstance(arch, dict) and 'feedforward_channels' in arch:
+            # mmpretrain's VisionTransformer calls the MLP width feedforward_channels: accept its
+            # arch dicts as they are.
+            arch = dict(arch)
+            ffn = arch.pop('feedforward_channels')
+            if arch.setdefault('mlp_dims', ffn) != ffn:
+                raise ValueError(f'a custom arch gives both mlp_dims={arch["mlp_dims"]} and '
+                                 f'feedforward_channels={ffn} (the same thing); keep one.')
         if not isinstance(arch, dict) or not required <= set(arch):
-            raise ValueError(f'a custom arch must be a dict with keys {sorted(required)}, got {arch!r}')
+            raise ValueError(f'a custom arch must be a dict with keys {sorted(required)} (mlp_dims may be '
+                             f'given as feedforward_channels), got {arch!r}')
+        unknown = set(arch) - required
+        if unknown:
+            raise ValueError(f'a custom arch has unknown keys {sorted(unknown)}; it takes {sorted(required)} '
+                             '(mlp_dims may be given as feedforward_channels).')
         return dict(arch)
 
     def _parse_out_indices(self, out_indices):

@@ -1,0 +1,45 @@
+"""Runner hook: warn when loaded weights expect another input normalisation than the config's."""
+from mmengine.hooks import Hook
+
+from vit_plugin.models.input_norm import check_input_normalization
+from vit_plugin.registry import HOOKS
+
+
+@HOOKS.register_module()
+class InputNormCheckHook(Hook):
+    """Run :func:`~vit_plugin.models.input_norm.check_input_normalization` once the weights are in
+    place: before training (after ``init_cfg``, ``load_from`` or ``--resume``), and before
+    validation and testing. Each distinct mismatch is logged once per run.
+
+    ``tools/train.py`` and ``tools/test.py`` add it to every config as ``default_hooks.input_norm_check``
+    (``--cfg-options default_hooks.input_norm_check=None`` removes it).
+    """
+
+    priority = 'VERY_LOW'
+
+    def __init__(self):
+        self._reported = set()
+
+    def _check(self, runner) -> None:
+        for message in check_input_normalization(runner.model, warn=False):
+            if message not in self._reported:
+                self._reported.add(message)
+                runner.logger.warning(message)
+
+    def before_train(self, runner) -> None:
+        self._check(runner)
+
+    def before_val(self, runner) -> None:
+        self._check(runner)
+
+    def before_test(self, runner) -> None:
+        self._check(runner)
+
+
+def use_input_norm_check(cfg) -> None:
+    """Add :class:`InputNormCheckHook` to ``cfg.default_hooks`` unless the config names the key."""
+    hooks = cfg.get('default_hooks')
+    if hooks is None:
+        cfg.default_hooks = hooks = {}
+    if 'input_norm_check' not in hooks:
+        hooks['input_norm_check'] = dict(type='vit_plugin.InputNormCheckHook')

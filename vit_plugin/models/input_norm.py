@@ -1,0 +1,69 @@
+"""Does the model normalise its inputs the way its loaded weights were trained?
+
+The official ViT weights were trained on pixels scaled to [-1, 1] (mean = std = 127.5), not with
+ImageNet's mean/std. Given ImageNet-normalised inputs they still run, but lose several points of
+accuracy, and nothing fails. Checkpoints converted from the official release record the
+normalisation (``input_normalization``, see :mod:`vit_plugin.checkpoint.layout`); every path that
+loads them leaves it on the backbone (``expected_input_norm``), and :func:`check_input_normalization`
+compares it with the model's data preprocessor. ``tools/train.py``, ``tools/test.py`` and
+``tools/infer.py`` run the check (the first two through :class:`~vit_plugin.engine.hooks.InputNormCheckHook`).
+"""
+import logging
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+
+#: Pixel units (0..255): differences below this are rounding, not another normalisation.
+TOLERANCE = 0.5
+
+
+def preprocessor_norm(model: nn.Module) -> Optional[Tuple[Tuple[float, ...], Tuple[float, ...]]]:
+    """``(mean, std)`` the model's mmengine data preprocessor applies, or None when it does not
+    normalise (or the model has none)."""
+    pre = getattr(model, 'data_preprocessor', None)
+    if pre is None or not getattr(pre, '_enable_normalize', False):
+        return None
+    mean, std = (torch.as_tensor(getattr(pre, name)).flatten().double().tolist() for name in ('mean', 'std'))
+    return tuple(round(v, 4) for v in mean), tuple(round(v, 4) for v in std)
+
+
+def _differs(a, b) -> bool:
+    return len(a) != len(b) or any(abs(x - y) > TOLERANCE for x, y in zip(a, b))
+
+
+def check_input_normalization(model: nn.Module, warn: bool = True) -> List[str]:
+    """Compare every ViT's recorded ``expected_input_norm`` with the model's data preprocessor.
+
+    Args:
+        model (nn.Module): An mmengine model (``data_preprocessor`` attribute), e.g. an mmpretrain
+            ``ImageClassifier`` or an mmdet detector, or a model wrapper around one.
+        warn (bool): Log each mismatch as a warning. Defaults to True.
+
+    Returns:
+        list[str]: One message per backbone whose weights expect another normalisation (empty when
+        all agree or nothing is recorded).
+    """
+    model = getattr(model, 'module', model)  # DDP and friends
+    applied = preprocessor_norm(model)
+    messages = []
+    for name, module in model.named_modules():
+        expected = getattr(module, 'expected_input_norm', None)
+        if expected is None:
+            continue
+        if applied is not None and not _differs(expected[0], applied[0]) and not _differs(expected[1], applied[1]):
+            continue
+        mean, std = (list(v) for v in expected)
+        given = ('does not normalise its inputs' if applied is None else
+                 f'normalises with mean={list(applied[0])}, std={list(applied[1])}')
+        messages.append(
+            f'{name or type(module).__name__}: its weights were trained on inputs normalised with mean={mean}, '
+            f'std={std} (recorded in the checkpoint), but model.data_preprocessor {given}. The model then sees '
+            f'inputs on another scale than in training and loses accuracy without failing. Set '
+            f'model.data_preprocessor mean={mean} and std={std} (e.g. --cfg-options '
+            f'model.data_preprocessor.mean="{mean}" model.data_preprocessor.std="{std}").')
+    if warn:
+        for message in messages:
+            print_log(message, logger='current', level=logging.WARNING)
+    return messages
