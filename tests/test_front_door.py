@@ -192,6 +192,9 @@ def test_onnx_export_matches_onnx_runtime_at_two_batch_sizes(tmp_path, digits_ro
     tokens = session.run(None, {'images': pixels.repeat(3, axis=2).repeat(3, axis=3)[:, :, :48, :48]})[0]
     assert tokens.shape == (5, 1 + 6 * 6, 32)
 
+    # 'random' weights (for benchmarks): the config's initialisation, exported and checked alike
+    assert export([config, 'random', '--out', str(tmp_path / 'random.onnx')])['onnx'] == str(tmp_path / 'random.onnx')
+
     # a failed check publishes nothing
     bad = tmp_path / 'bad.onnx'
     with pytest.raises(RuntimeError, match='ONNX Runtime differs from PyTorch'):

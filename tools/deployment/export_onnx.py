@@ -1,6 +1,6 @@
 """Export a trained classifier (or its ViT backbone) to ONNX, checked against ONNX Runtime.
 
-    python tools/deployment/export_onnx.py CONFIG CHECKPOINT [--out model.onnx] [--part classifier|backbone]
+    python tools/deployment/export_onnx.py CONFIG CHECKPOINT|random [--out model.onnx] [--part classifier|backbone]
         [--img-size 384] [--opset 17] [--atol 1e-4] [--torch-export model.pt2] [--benchmark 20 --batch 8]
 
 The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W), with a dynamic batch and the
@@ -26,7 +26,7 @@ import torch
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('config')
-    parser.add_argument('checkpoint')
+    parser.add_argument('checkpoint', help="the weights; 'random': the config's initialisation (benchmarks)")
     parser.add_argument('--out', help='ONNX file (default: next to the checkpoint, <name>.onnx)')
     parser.add_argument('--part', choices=['classifier', 'backbone'], default='classifier')
     parser.add_argument('--img-size', type=int, help="export at this resolution (default: the backbone's img_size)")
@@ -45,12 +45,18 @@ def build(args):
     from mmpretrain.apis import get_model
 
     import vit_plugin  # noqa: F401  (registers vit_plugin's modules and its safe checkpoint loader)
-    if not osp.isfile(args.checkpoint):
+    random = args.checkpoint == 'random'
+    if not random and not osp.isfile(args.checkpoint):
         raise SystemExit(f'{args.checkpoint}: no such checkpoint file.')
     cfg = Config.fromfile(args.config)
     if args.img_size:
         cfg.model.backbone.img_size = args.img_size
-    model = get_model(cfg, pretrained=args.checkpoint, device='cpu').eval()
+    if cfg.get('test_dataloader', 'absent') is None:  # pre-training configs: get_model would read its dataset
+        cfg.pop('test_dataloader')
+    model = get_model(cfg, pretrained=not random and args.checkpoint, device='cpu').eval()
+    if random:  # for timing only: the config's initialisation, no checkpoint
+        model.init_weights()
+        print('CHECKPOINT is "random": the weights are the config\'s initialisation (for benchmarks).')
     size = getattr(model.backbone, 'img_size', None)
     if size is None:
         raise SystemExit(f'{args.config}: the backbone has no img_size; export needs a fixed resolution.')
@@ -102,6 +108,8 @@ def main(argv=None):
     model, img_size = build(args)
     mean, std = normalization_of(model)
     wrapper = ExportWrapper(model, mean, std, part=args.part).eval()
+    if args.out is None and args.checkpoint == 'random':
+        raise SystemExit('give --out with CHECKPOINT random')
     out = args.out or osp.splitext(args.checkpoint)[0] + ('' if args.part == 'classifier' else '_backbone') + '.onnx'
     classes = (getattr(model, '_dataset_meta', None) or {}).get('classes')  # set by mmpretrain's get_model
     meta = dict(config=osp.basename(args.config), checkpoint=osp.basename(args.checkpoint), part=args.part)

@@ -46,19 +46,20 @@ def check_input_normalization(model: nn.Module, warn: bool = True) -> List[str]:
         all agree or nothing is recorded).
     """
     model = getattr(model, 'module', model)  # DDP and friends
+    recorded = [(name, module.expected_input_norm) for name, module in model.named_modules()
+                if getattr(module, 'expected_input_norm', None) is not None]
+    if not recorded:  # nothing to compare: do not read the preprocessor's tensors (a device read on XLA)
+        return []
     applied = preprocessor_norm(model)
     messages = []
-    for name, module in model.named_modules():
-        expected = getattr(module, 'expected_input_norm', None)
-        if expected is None:
-            continue
+    for name, expected in recorded:
         if applied is not None and not _differs(expected[0], applied[0]) and not _differs(expected[1], applied[1]):
             continue
         mean, std = (list(v) for v in expected)
         given = ('does not normalise its inputs' if applied is None else
                  f'normalises with mean={list(applied[0])}, std={list(applied[1])}')
         messages.append(
-            f'{name or type(module).__name__}: its weights were trained on inputs normalised with mean={mean}, '
+            f'{name or type(model).__name__}: its weights were trained on inputs normalised with mean={mean}, '
             f'std={std} (recorded in the checkpoint), but model.data_preprocessor {given}. The model then sees '
             f'inputs on another scale than in training and loses accuracy without failing. Set '
             f'model.data_preprocessor mean={mean} and std={std} (e.g. --cfg-options '
