@@ -184,7 +184,7 @@ def test_every_arm_finetunes_with_one_config_but_its_init(tmp_path):
 @pytest.mark.slow
 def test_comparison_runs_every_arm_at_toy_budget(tmp_path, digits_root):
     work = tmp_path / 'comparison'
-    proc = subprocess.run([sys.executable, osp.join(PROJECT, 'compare_mim.py'), '--budget', 'toy',
+    proc = subprocess.run([sys.executable, osp.join(PROJECT, 'compare_mim.py'), '--budget', 'tiny',
                            '--work-dir', str(work), '--data-root', digits_root],
                           env=run_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
