@@ -173,23 +173,23 @@ def test_onnx_export_matches_onnx_runtime_at_two_batch_sizes(tmp_path, digits_ro
                                                      'ONNX Runtime'}
 
     # independent check: the graph's own normalisation and a dynamic batch, against the PyTorch model
-    session = ort.InferenceSession(str(out), providers=['CPUExecutionProvider'])
-    meta = session.get_modelmeta().custom_metadata_map
+    runtime = ort.InferenceSession(str(out), providers=['CPUExecutionProvider'])
+    meta = runtime.get_modelmeta().custom_metadata_map
     assert json.loads(meta['classes']) == [str(i) for i in range(10)] and json.loads(meta['mean']) == [127.5] * 3
-    assert session.get_inputs()[0].shape[0] == 'batch' and session.get_inputs()[0].shape[1:] == [3, 32, 32]
+    assert runtime.get_inputs()[0].shape[0] == 'batch' and runtime.get_inputs()[0].shape[1:] == [3, 32, 32]
     pixels = np.random.default_rng(0).uniform(0, 255, (5, 3, 32, 32)).astype(np.float32)
     from mmpretrain.apis import get_model
     model = get_model(Config.fromfile(config), pretrained=ckpt, device='cpu').eval()
     with torch.no_grad():
         expected = model((torch.from_numpy(pixels) - 127.5) / 127.5, mode='tensor').numpy()
-    np.testing.assert_allclose(session.run(None, {'images': pixels})[0], expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(runtime.run(None, {'images': pixels})[0], expected, rtol=0, atol=1e-4)
 
     # another resolution: the position embedding is resized once, at load; the graph is fixed at 48 px
     out48 = tmp_path / 'tiny48.onnx'
     export([config, ckpt, '--out', str(out48), '--img-size', '48', '--part', 'backbone'])
-    session = ort.InferenceSession(str(out48), providers=['CPUExecutionProvider'])
-    assert session.get_inputs()[0].shape[1:] == [3, 48, 48]
-    tokens = session.run(None, {'images': pixels.repeat(3, axis=2).repeat(3, axis=3)[:, :, :48, :48]})[0]
+    runtime = ort.InferenceSession(str(out48), providers=['CPUExecutionProvider'])
+    assert runtime.get_inputs()[0].shape[1:] == [3, 48, 48]
+    tokens = runtime.run(None, {'images': pixels.repeat(3, axis=2).repeat(3, axis=3)[:, :, :48, :48]})[0]
     assert tokens.shape == (5, 1 + 6 * 6, 32)
 
     # 'random' weights (for benchmarks): the config's initialisation, exported and checked alike

@@ -22,12 +22,10 @@ Every arm's images seen (iterations x batch) and wall-clock are recorded. Writes
 """
 import argparse
 import json
-import os
 import os.path as osp
 import time
 
 import numpy as np
-import torch
 
 import study
 from study import ROOT
@@ -166,12 +164,7 @@ def print_table(results):
 def main():
     args = parse_args()
     budget = BUDGETS[args.budget]
-    import vit_plugin  # noqa: F401  (registers components; the runners import it again via custom_imports)
-    from vit_plugin.datasets.digits import prepare_digits_dataset
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    os.makedirs(args.work_dir, exist_ok=True)
-    prepare_digits_dataset(args.data_root, img_size=32)
-    start = time.time()
+    start = study.prepare(args.work_dir, args.data_root)
     results = dict(budget=args.budget, settings=dict(budget))
     checkpoints, results['pretraining'] = pretraining(args, budget)
     results['fewshot'] = probes(args, budget, checkpoints)

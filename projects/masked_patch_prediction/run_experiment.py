@@ -20,12 +20,10 @@ Writes ``results.json`` (relative paths only), ``label_efficiency.png``, ``pretr
 """
 import argparse
 import json
-import os
 import os.path as osp
 import time
 
 import numpy as np
-import torch
 
 import study
 from study import ROOT
@@ -125,12 +123,7 @@ def print_tables(results):
 def main():
     args = parse_args()
     budget = BUDGETS[args.budget]
-    import vit_plugin  # noqa: F401  (registers components; the runners import it again via custom_imports)
-    from vit_plugin.datasets.digits import prepare_digits_dataset
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    os.makedirs(args.work_dir, exist_ok=True)
-    prepare_digits_dataset(args.data_root, img_size=32)
-    start = time.time()
+    start = study.prepare(args.work_dir, args.data_root)
     results = dict(budget=args.budget, settings={k: v for k, v in budget.items()})
     models = pretraining(args, budget, results)
     probes(args, budget, models, results)

@@ -20,6 +20,18 @@ NUM_CLASSES = 10
 
 
 # ------------------------------------------------------------------------------------------ results files
+def prepare(work_dir, data_root):
+    """What every experiment of the project does first: register vit_plugin's components (the runners
+    import it again via custom_imports), use at most 2 threads, create the work directory and write the
+    digits dataset if needed. Returns the start time."""
+    import vit_plugin  # noqa: F401
+    from vit_plugin.datasets.digits import prepare_digits_dataset
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    os.makedirs(work_dir, exist_ok=True)
+    prepare_digits_dataset(data_root, img_size=32)
+    return time.time()
+
+
 def relative(path):
     """A path inside the repository, relative to its root (results files are shared)."""
     if isinstance(path, str) and osp.abspath(path).startswith(ROOT + os.sep):

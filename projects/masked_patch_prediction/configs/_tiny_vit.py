@@ -3,9 +3,12 @@
 # missing pixels of the digit from the visible ones), width 64, 4 blocks, 4 heads. Much smaller than
 # configs/_base_/models/vit_demo.py so that every pre-training and fine-tuning run of the study takes
 # minutes on a 2-core CPU; otherwise the paper's ViT.
+# The encoder's shape in mmpretrain's keys (feedforward_channels = our mlp_dims), so that the MAE and
+# MaskFeat configs build mmpretrain's encoders from this one definition.
+encoder_arch = dict(embed_dims=64, num_layers=4, num_heads=4, feedforward_channels=128)
 backbone = dict(
     type='vit_plugin.ViT',
-    arch=dict(embed_dims=64, num_layers=4, num_heads=4, mlp_dims=128),
+    arch=encoder_arch,
     img_size=32,
     patch_size=4,
     drop_rate=0.,

@@ -15,8 +15,7 @@ model = dict(
     data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True),
     backbone=dict(
         type='MAEViT',
-        # _tiny_vit.py's encoder in mmpretrain's names (tests check that the two agree)
-        arch=dict(embed_dims=64, num_layers=4, num_heads=4, feedforward_channels=128),
+        arch={{_base_.encoder_arch}},  # _tiny_vit.py's encoder
         img_size=32,
         patch_size=4,
         mask_ratio=0.75),
