@@ -1,9 +1,9 @@
 from .fewshot_hook import FewShotEvalHook
 from .input_norm_hook import InputNormCheckHook, use_input_norm_check
-from .nonfinite_guard import NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
+from .nonfinite_guard import LossScaleCollapseError, NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
 from .sharded_ema_hook import ShardedEMAHook, mirror_tensors
 
-__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
+__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'LossScaleCollapseError', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
            'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook', 'mirror_tensors']

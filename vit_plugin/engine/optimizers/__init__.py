@@ -1,5 +1,7 @@
-from .amp import CPUAmpOptimWrapper, Fp32Policy, use_mixed_precision
+from .amp import (AutocastOptimWrapper, CPUAmpOptimWrapper, Fp32Policy, check_bf16_device, cuda_bf16_native,
+                  resolve_precision, use_mixed_precision)
 from .layer_decay import LayerDecayOptimWrapperConstructor, find_layer_depth_module
 
-__all__ = ['CPUAmpOptimWrapper', 'Fp32Policy', 'LayerDecayOptimWrapperConstructor',
-           'find_layer_depth_module', 'use_mixed_precision']
+__all__ = ['AutocastOptimWrapper', 'CPUAmpOptimWrapper', 'Fp32Policy', 'LayerDecayOptimWrapperConstructor',
+           'check_bf16_device', 'cuda_bf16_native', 'find_layer_depth_module', 'resolve_precision',
+           'use_mixed_precision']
