@@ -27,29 +27,43 @@ _SHIELDED: set = set()
 
 
 def _shield_worker() -> None:
-    """In a freshly forked child: ignore the shielded signals that a data-loader worker would die of.
+    """In a freshly forked child: shield a future data-loader worker from the job-wide signals.
 
     A scheduler signals every process of the job: SLURM sends SIGTERM to all processes of the job
     step (pre-emption, ``scancel``, the end of the time limit), ``scancel --signal=USR1`` sends
     SIGUSR1, a shell's ``kill -- -PGID`` the whole process group. A data-loader worker that dies of it
-    makes the training process fail on its next batch, before it could write its checkpoint. SIGUSR1
-    (whose default action ends a process) is ignored from the fork on. torch's worker loop installs
-    its own SIGTERM handler when it starts (exit quietly if the parent sent it, die otherwise), so
-    SIGTERM is ignored right after that, in data-loader workers only: other children (a
-    ``multiprocessing`` pool, say) keep SIGTERM. A shielded worker still ends as usual: the parent's
-    shutdown sends it a stop message, and it exits on its own when the parent is gone.
+    makes the training process fail on its next batch, before it could write its checkpoint.
+
+    SIGUSR1 (whose default action ends a process) is ignored from the fork on. SIGTERM is handled in
+    data-loader workers only (other children, a ``multiprocessing`` pool say, keep theirs), right
+    after torch's worker loop has installed its own handlers: the worker blocks it and a thread waits
+    for it, exiting when the training process sent it (as torch's handler does: the parent ends its
+    workers with SIGTERM when it shuts them down or exits) and ignoring it from anyone else.
     """
     for signum in _SHIELDED - {signal.SIGTERM}:
         signal.signal(signum, signal.SIG_IGN)
     handling = sys.modules.get('torch.utils.data._utils.signal_handling')
-    if signal.SIGTERM in _SHIELDED and handling is not None:
+    if signal.SIGTERM in _SHIELDED and handling is not None and hasattr(signal, 'sigwaitinfo'):
         install = handling._set_worker_signal_handlers
 
         def install_then_shield(*args, **kwargs):
             install(*args, **kwargs)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            _sigterm_from_parent_only()
 
         handling._set_worker_signal_handlers = install_then_shield  # this child's module only
+
+
+def _sigterm_from_parent_only() -> None:
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+
+    def wait():
+        while True:
+            info = signal.sigwaitinfo({signal.SIGTERM})
+            if info.si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, name='sigterm-from-parent', daemon=True).start()
 
 
 if hasattr(os, 'register_at_fork'):
