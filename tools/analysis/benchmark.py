@@ -62,6 +62,8 @@ def parse_args(argv=None):
                         help='where the models run. Default: cpu.')
     parser.add_argument('--arch', nargs='+', default=['s', 'b'], choices=sorted(ViT.arch_zoo),
                         help="names of ViT.arch_zoo (the paper's Table 1 plus Ti and S). Default: s b.")
+    parser.add_argument('--layers', type=int, default=None,
+                        help="override the arch's depth (a quick check with fewer blocks). Default: the arch's.")
     parser.add_argument('--patch-size', type=int, default=16)
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--batch', type=int, nargs='+', default=None,
@@ -221,14 +223,15 @@ def matmul_gflops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats:
     return 2 * size**3 / time_median(make_matmul_step(dtype, size, device), repeats, stopwatch=watch) / 1e9
 
 
-def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int, device: str = 'cpu') -> Callable:
+def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int, device: str = 'cpu',
+                           layers: Optional[int] = None) -> Callable:
     """One forward's worth of a ViT's matrix products alone, with their real shapes.
 
     Per block: the qkv, output, fc1 and fc2 GEMMs on (batch * tokens) rows, and per head q @ k^T and
     attention @ v as batched matmuls; plus the patch embedding as a GEMM. Its FLOPs are
-    ``batch * forward_flops(arch, img_size, patch, num_classes=0)``.
+    ``batch * forward_flops(arch, img_size, patch, num_classes=0, layers=layers)``.
     """
-    dims, layers, heads, mlp = arch_dims(arch)
+    dims, layers, heads, mlp = arch_dims(arch, layers)
     patches = (img_size // patch)**2
     rows, tokens, head_dims = batch * (patches + 1), patches + 1, dims // heads
 
@@ -254,16 +257,18 @@ def make_gemm_ceiling_step(arch: str, img_size: int, patch: int, batch: int, dev
 
 
 # ---------------------------------------------------------------------------------------- models
-def arch_dims(arch: str) -> Tuple[int, int, int, int]:
-    """(embed dims, layers, heads, MLP dims) of an arch of :attr:`ViT.arch_zoo`."""
+def arch_dims(arch: str, layers: Optional[int] = None) -> Tuple[int, int, int, int]:
+    """(embed dims, layers, heads, MLP dims) of an arch of :attr:`ViT.arch_zoo` (``layers`` overrides
+    its depth)."""
     d = ViT.arch_zoo[arch]
-    return d['embed_dims'], d['num_layers'], d['num_heads'], d['mlp_dims']
+    return d['embed_dims'], layers or d['num_layers'], d['num_heads'], d['mlp_dims']
 
 
-def forward_flops(arch: str, img_size: int, patch: int, num_classes: int) -> int:
+def forward_flops(arch: str, img_size: int, patch: int, num_classes: int, layers: Optional[int] = None) -> int:
     """Forward FLOPs of a class-token ViT classifier per image: 2 x the multiply-adds of
     :func:`vit_plugin.analysis.vit_flops` (matmuls and convolutions)."""
-    return 2 * vit_flops(arch, patch, img_size, num_classes=num_classes)
+    spec = dict(ViT.arch_zoo[arch], **({'num_layers': layers} if layers else {}))
+    return 2 * vit_flops(spec, patch, img_size, num_classes=num_classes)
 
 
 class Classifier(nn.Module):
@@ -279,7 +284,7 @@ class Classifier(nn.Module):
 
 
 def build_model(name: str, arch: str, args) -> nn.Module:
-    dims, layers, heads, mlp = arch_dims(arch)
+    dims, layers, heads, mlp = arch_dims(arch, getattr(args, 'layers', None))
     if name == 'ours':
         backbone = ViT(arch=dict(embed_dims=dims, num_layers=layers, num_heads=heads, mlp_dims=mlp),
                        img_size=args.img_size, patch_size=args.patch_size)
@@ -457,7 +462,7 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
         peak_steps = {cast: make_matmul_step(cast or torch.float32, args.matmul_size, device)
                       for cast in {c for _, c in configs}}
         reference_flops = {'matmul peak': 2 * args.matmul_size**3,
-                           'GEMM ceiling': batch * forward_flops(arch, args.img_size, args.patch_size, 0)}
+                           'GEMM ceiling': batch * forward_flops(arch, args.img_size, args.patch_size, 0, args.layers)}
         for mode, cast in configs:
             label = f'{mode} {_dtype_label(cast)} batch {batch}'
             steps = {}
@@ -467,7 +472,8 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                 wrapper = {'ours+wrapper': 'plain', 'ours+guard': 'guarded'}.get(name)
                 steps[name] = make_step(model, mode, x, y, cast, args.compile, args.freeze, wrapper)
             if (mode, cast) == ('infer', None):
-                steps['GEMM ceiling'] = make_gemm_ceiling_step(arch, args.img_size, args.patch_size, batch, device)
+                steps['GEMM ceiling'] = make_gemm_ceiling_step(arch, args.img_size, args.patch_size, batch, device,
+                                                               args.layers)
             peak_step = peak_steps[cast]
             for name, step in [('matmul peak', peak_step)] + list(steps.items()):
                 try:
@@ -487,7 +493,7 @@ def run_arch(arch: str, args, flags: set) -> List[Dict]:
                 continue
             times, peaks = time_rounds(steps, peak_step, reference_flops['matmul peak'], args.repeats, args.iters,
                                        args.peak_iters, stopwatch=stopwatch)
-            flops = forward_flops(arch, args.img_size, args.patch_size, args.num_classes) * batch
+            flops = forward_flops(arch, args.img_size, args.patch_size, args.num_classes, args.layers) * batch
             if mode == 'train':
                 flops *= 3  # backward costs two forwards (grads w.r.t. inputs and weights)
             all_peaks = [p for name in peaks for p in peaks[name]]
