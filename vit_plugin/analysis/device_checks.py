@@ -275,7 +275,7 @@ def detection_steps(config: str, device: str, *, img_size: int, batch: int = 1, 
             _sync(device)
             if i:
                 infer_times.append(time.perf_counter() - start)
-    values = {k: float(v.sum()) if isinstance(v, torch.Tensor) else float(sum(x.sum() for x in v))
+    values = {k: float(v.detach().sum()) if isinstance(v, torch.Tensor) else float(sum(x.detach().sum() for x in v))
               for k, v in losses.items() if 'loss' in k}
     pred = results[0].pred_instances
     return dict(train_s=statistics.median(train_times), infer_s=statistics.median(infer_times),

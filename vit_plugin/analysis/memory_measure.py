@@ -46,6 +46,7 @@ def _child(args) -> dict:
 
     from vit_plugin.analysis.loading import load_config
     from vit_plugin.analysis.loading import find_vit
+    from vit_plugin.engine.device_defaults import optimizer_defaults
     from vit_plugin.engine.optimizers import use_mixed_precision
 
     torch.manual_seed(0)
@@ -64,6 +65,7 @@ def _child(args) -> dict:
     optim_cfg = dict(cfg.optim_wrapper)
     optim_cfg.pop('constructor', None)
     optim_cfg.pop('paramwise_cfg', None)
+    optimizer_defaults(optim_cfg, 'cpu')  # the update kernel tools/train.py picks
     if args.bf16:
         use_mixed_precision(optim_cfg, 'bf16', 'cpu')
     wrapper = build_optim_wrapper(trained, optim_cfg)
