@@ -252,12 +252,12 @@ def estimate(model: ModelShape, batch: int, *, with_cp: Optional[bool] = None, b
         if value > peak:
             peak, phase = value, f'backward of block {i}'
     # The optimizer step: gradients, state and the update's temporaries, by kernel (tools/train.py
-    # picks fused on CUDA and foreach on the CPU unless the config says otherwise). The per-tensor
-    # loop holds two temporaries of the largest tensor (the square root of the second moment and
-    # the denominator made from it), foreach a parameter-sized list (the square roots of all second
-    # moments), the fused kernel none. SGD with momentum updates in place.
+    # picks the fused one on CUDA, torch's per-tensor loop stays on the CPU, unless the config says
+    # otherwise). The loop holds two temporaries of the largest tensor (the square root of the second
+    # moment and the denominator made from it), foreach a parameter-sized list (the square roots of
+    # all second moments), the fused kernel none. SGD with momentum updates in place.
     adam = _state_per_param(model.optimizer) == 2
-    kernel = model.optimizer_kernel or ('fused' if device == 'cuda' else 'foreach')
+    kernel = model.optimizer_kernel or ('fused' if device == 'cuda' else 'loop')
     update_tmp = 0.
     if adam:
         update_tmp = {'loop': 2. * model.largest_param, 'foreach': float(model.trainable), 'fused': 0.}[kernel] * 4

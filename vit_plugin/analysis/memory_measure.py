@@ -65,7 +65,7 @@ def _child(args) -> dict:
     optim_cfg = dict(cfg.optim_wrapper)
     optim_cfg.pop('constructor', None)
     optim_cfg.pop('paramwise_cfg', None)
-    optimizer_defaults(optim_cfg, 'cpu')  # the update kernel tools/train.py picks
+    optimizer_defaults(optim_cfg, 'cpu')  # the update kernel tools/train.py picks (the CPU: torch's)
     if args.bf16:
         use_mixed_precision(optim_cfg, 'bf16', 'cpu')
     wrapper = build_optim_wrapper(trained, optim_cfg)

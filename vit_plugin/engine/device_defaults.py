@@ -4,10 +4,12 @@
 runner is built, in every process. Each default yields to the config: a key the config sets is left
 alone, so every choice below can be overridden with ``--cfg-options``.
 
-* **Optimizer kernels.** torch's Adam, AdamW and SGD get ``fused=True`` on CUDA (one kernel per
-  parameter group instead of a dozen per tensor; it also lets the non-finite guard and the fp16
-  scaler skip a step on the device) and ``foreach=True`` elsewhere (torch's own default on CPU is the
-  per-tensor loop). Override: ``optim_wrapper.optimizer.fused=False`` (or ``foreach=False``).
+* **Optimizer kernels.** torch's Adam, AdamW and SGD get ``fused=True`` on CUDA: one kernel per
+  parameter group instead of a dozen per tensor, no parameter-sized temporaries, and the
+  non-finite guard and the fp16 scaler can skip a step on the device. Other optimizers on CUDA keep
+  torch's multi-tensor (foreach) kernels, its default there. On the CPU torch's per-tensor loop stays
+  (foreach kernels save launches, which a CPU does not pay for, and hold a parameter-sized
+  temporary). Override: ``optim_wrapper.optimizer.fused=False`` (or ``foreach=True``).
 * **TF32.** fp32 matmuls and convolutions use TensorFloat-32 tensor cores on GPUs of compute
   capability 8.0 or newer (A100, H100, L4...): about 8x the fp32 matmul rate with a 10-bit mantissa
   in the products and fp32 accumulation, which does not change how ViTs train. It matters for fp32
@@ -25,30 +27,30 @@ from typing import List, Optional
 
 import torch
 
-#: torch optimizers with fused and foreach implementations.
+#: torch optimizers with a fused implementation.
 FUSED_OPTIMIZERS = ('Adam', 'AdamW', 'SGD')
 
 
 def optimizer_defaults(optim_wrapper: dict, device: str) -> Optional[str]:
-    """Choose the optimizer's kernel for ``device`` unless the config did (changed in place).
+    """The fused kernel for torch's Adam, AdamW and SGD on CUDA, unless the config chose a kernel
+    (changed in place).
 
     Args:
         optim_wrapper (dict): The config's ``optim_wrapper``.
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'`` (left alone: XLA compiles the update).
+        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'`` (only CUDA changes anything).
 
     Returns:
         str or None: What was set, for the log, or None.
     """
     optimizer = (optim_wrapper or {}).get('optimizer')
-    if not isinstance(optimizer, dict) or device == 'xla':
+    if not isinstance(optimizer, dict) or device != 'cuda':
         return None
     name = str(optimizer.get('type', '')).split('.')[-1]
     if name not in FUSED_OPTIMIZERS or any(k in optimizer for k in ('fused', 'foreach', 'capturable',
                                                                     'differentiable')):
         return None
-    key = 'fused' if device == 'cuda' else 'foreach'
-    optimizer[key] = True
-    return f'{name}({key}=True)'
+    optimizer['fused'] = True
+    return f'{name}(fused=True)'
 
 
 def set_tf32(enabled: bool) -> str:
@@ -79,7 +81,7 @@ def pin_memory_defaults(cfg, device: str) -> List[str]:
 
 
 def apply_device_defaults(cfg, device: str) -> List[str]:
-    """Fused/foreach optimizer, TF32 policy and pinned loader memory for ``device``.
+    """The fused optimizer kernel, the TF32 policy and pinned loader memory for ``device``.
 
     Args:
         cfg (mmengine.Config): The run's config (changed in place).
@@ -93,8 +95,7 @@ def apply_device_defaults(cfg, device: str) -> List[str]:
     if isinstance(wrapper, dict):
         chosen = optimizer_defaults(wrapper, device)
         if chosen:
-            messages.append(f'optimizer: {chosen} (override with optim_wrapper.optimizer.'
-                            f'{"fused" if device == "cuda" else "foreach"}=False)')
+            messages.append(f'optimizer: {chosen} (override with optim_wrapper.optimizer.fused=False)')
     if device == 'cuda':
         env_cfg = cfg.get('env_cfg') or {}
         messages.append(set_tf32(bool(env_cfg.get('tf32', True))))
