@@ -150,6 +150,7 @@ class ClassifierTrainer:
 
     def fits(self, batch: int) -> bool:
         """Whether a training step at ``batch`` runs without running out of GPU memory."""
+        import gc
         try:
             self.step(batch)
             return True
@@ -157,6 +158,7 @@ class ClassifierTrainer:
             return False
         finally:
             self.wrapper.zero_grad(set_to_none=True)
+            gc.collect()  # the failed step's tensors, held by its traceback until collected
             torch.cuda.empty_cache()
 
     def largest_batch(self, guess: int, max_probes: int = 9, precision: float = 0.05) -> Dict[str, object]:
