@@ -131,7 +131,7 @@ class ClassifierTrainer:
         """One training step at ``batch`` images; returns the loss."""
         data = _classifier_batch(batch, self.hw, self.num_classes, self.device)
         losses = self.model.train_step(data, self.wrapper)
-        return float(losses['loss'])
+        return float(losses['loss'].detach())
 
     def peak_bytes(self, batch: int) -> int:
         """``torch.cuda.max_memory_allocated`` over one training step (after a first step created the
