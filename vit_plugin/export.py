@@ -22,6 +22,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from vit_plugin.models.input_norm import preprocessor_norm
+
 
 class ExportWrapper(nn.Module):
     """``(x - mean) / std`` on 0..255 RGB pixels, then the model.
@@ -54,7 +56,6 @@ class ExportWrapper(nn.Module):
 
 def normalization_of(model: nn.Module) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
     """The (mean, std) the model's data preprocessor applies (identity when it does not normalise)."""
-    from vit_plugin.models.input_norm import preprocessor_norm
     norm = preprocessor_norm(model)
     return norm if norm is not None else ((0., 0., 0.), (1., 1., 1.))
 

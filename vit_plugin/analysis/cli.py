@@ -5,6 +5,8 @@ from typing import Callable, Optional, Sequence
 
 from mmengine.config import DictAction
 
+from vit_plugin.checkpoint import CheckpointError
+
 
 def base_parser(description: str, with_model: bool = True) -> argparse.ArgumentParser:
     """A parser with CONFIG CHECKPOINT (when ``with_model``), --device and --cfg-options."""
@@ -29,8 +31,6 @@ def image_args(parser: argparse.ArgumentParser, num_images: int) -> None:
 
 def run(main: Callable[[Optional[Sequence[str]]], object], argv: Optional[Sequence[str]] = None) -> int:
     """Run a tool's ``main``; expected user errors end in one clear ``error:`` line and exit status 2."""
-    from vit_plugin.checkpoint import CheckpointError
-
     try:
         main(argv)
     except (ValueError, FileNotFoundError, KeyError, CheckpointError) as err:

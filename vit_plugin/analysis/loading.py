@@ -14,6 +14,8 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.utils import import_modules_from_strings
 
+from vit_plugin.models import ViT
+
 
 class WrongModelError(ValueError):
     """The config or checkpoint is not (or does not fit) a vit_plugin ViT."""
@@ -26,7 +28,6 @@ def load_config(config: str, cfg_options: Optional[dict] = None) -> Config:
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
-    import vit_plugin  # noqa: F401  (registers our scope and the safe checkpoint loader)
     if cfg.get('custom_imports'):
         import_modules_from_strings(**cfg.custom_imports)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
@@ -37,8 +38,6 @@ def load_config(config: str, cfg_options: Optional[dict] = None) -> Config:
 
 def find_vit(model: nn.Module) -> Tuple[nn.Module, str]:
     """The first :class:`vit_plugin.ViT` (or subclass, e.g. the hybrid) inside ``model`` and its prefix."""
-    from vit_plugin.models.backbones.vit import ViT
-
     for name, module in model.named_modules():
         if isinstance(module, ViT):
             return module, f'{name}.' if name else ''

@@ -18,6 +18,9 @@ import subprocess
 import sys
 from typing import Optional
 
+from vit_plugin.analysis.loading import find_vit, load_config
+from vit_plugin.engine.optimizers import use_mixed_precision
+
 ENV = dict(MALLOC_MMAP_THRESHOLD_='65536', MALLOC_TRIM_THRESHOLD_='0', MALLOC_ARENA_MAX='1')
 
 
@@ -43,10 +46,6 @@ def _child(args) -> dict:
     import torch
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import MODELS
-
-    from vit_plugin.analysis.loading import load_config
-    from vit_plugin.analysis.loading import find_vit
-    from vit_plugin.engine.optimizers import use_mixed_precision
 
     torch.manual_seed(0)
     options = json.loads(args.cfg_options) if args.cfg_options else {}

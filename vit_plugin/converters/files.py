@@ -8,6 +8,7 @@ import torch
 
 from ..checkpoint import safe_torch_load
 from ..checkpoint.layout import MODE_KEY, encode_resize_mode, resize_mode_for
+from ..models import ViT
 from ..models.patch_resize import resize_patch_embed
 from ..models.pos_embed import CHECKPOINT_RESIZE_MODE, infer_grid, resize_pos_embed, to_2tuple
 from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
@@ -37,7 +38,6 @@ def _torch_arch(state_dict: Dict[str, torch.Tensor], bp: str) -> Dict[str, Any]:
 
 def check_arch(arch: str, found: Dict[str, Any], source: str) -> None:
     """Raise if the converted weights are not of the ``arch`` the user expects (e.g. 'b', 'large')."""
-    from ..models import ViT
     expected = ViT.arch_zoo.get(arch.lower())
     if expected is None:
         raise ConversionError(f'--arch {arch!r} is not one of {sorted(set(ViT.arch_zoo))}')

@@ -1,6 +1,6 @@
 from .checked import DataRootNotFoundError, check_dataset_paths  # noqa: F401
 from .digits import DigitsDataset, prepare_digits_dataset  # noqa: F401
-from .label_subset import LabelSubsetDataset, class_balanced_indices  # noqa: F401
+from .label_subset import LabelSubsetDataset, class_balanced_indices, sample_k_shot  # noqa: F401
 from .transforms import LoadAndInceptionCrop, inception_crop_box  # noqa: F401
 
 try:  # the detection dataset subclasses mmdet's CocoDataset; mmdet is the optional [det] extra

@@ -10,6 +10,8 @@
 * :func:`find_resumable_checkpoint` is what ``tools/train.py --resume`` (without a path) uses: the
   newest checkpoint of the work dir whose file is intact, skipping (with a warning naming it) one that
   is truncated or corrupt.
+* A sharded checkpoint (a directory written by :class:`vit_plugin.FSDP2Strategy`) is complete once
+  its :data:`COMPLETE_MARKER` exists (:func:`sharded_checkpoint_problem`).
 """
 import os
 import os.path as osp
@@ -22,6 +24,7 @@ from mmengine.fileio import LocalBackend, register_backend
 from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.hooks import CheckpointHook
 
+from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
 from vit_plugin.registry import HOOKS
 
 #: Name of the file in which mmengine's CheckpointHook records the newest checkpoint.
@@ -31,6 +34,10 @@ PARTIAL_SUFFIX = '.part'
 ATOMIC_BACKEND = 'vit_plugin_atomic_local'
 #: Periodic/last runner checkpoints (``iter_N.pth``, ``epoch_N.pth``); ``best_*`` files are not resume points.
 _CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+#: File marking a sharded checkpoint directory as complete (written last, by rank 0).
+COMPLETE_MARKER = '.complete'
+#: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
+EXTRA_FILE = 'extra.pth'
 
 
 def atomic_write_bytes(data: bytes, path: str) -> None:
@@ -129,6 +136,20 @@ def checkpoint_candidates(work_dir: str) -> List[str]:
     return sorted(found, key=lambda p: (found[p], osp.getmtime(p)), reverse=True)
 
 
+def is_sharded_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a sharded (DCP) checkpoint directory written by ``vit_plugin.FSDP2Strategy``."""
+    return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
+
+
+def sharded_checkpoint_problem(path: str) -> Optional[str]:
+    """Why the sharded checkpoint directory ``path`` cannot be resumed from, or None when complete."""
+    missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
+    if missing:
+        return (f'is an incomplete sharded checkpoint (no {" or ".join(missing)}: its save was '
+                f'interrupted)')
+    return None
+
+
 def checkpoint_problem(path: str) -> Optional[str]:
     """Why the checkpoint file ``path`` cannot be loaded, or None when it is intact.
 
@@ -138,7 +159,6 @@ def checkpoint_problem(path: str) -> Optional[str]:
     loaded once to find out.
     """
     if osp.isdir(path):  # a sharded checkpoint (vit_plugin.engine.fsdp2): complete once renamed and marked
-        from vit_plugin.engine.fsdp2 import sharded_checkpoint_problem
         return sharded_checkpoint_problem(path)
     try:
         with open(path, 'rb') as f:
@@ -154,7 +174,6 @@ def checkpoint_problem(path: str) -> Optional[str]:
         except Exception as err:  # zlib errors of damaged compressed records, among others
             return f'is corrupt ({type(err).__name__}: {err})'
         return None if bad is None else f'is corrupt (record {bad!r} fails its CRC check)'
-    from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
     try:
         load_local_checkpoint(path, map_location='cpu')
     except CheckpointError as err:

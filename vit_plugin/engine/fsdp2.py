@@ -32,26 +32,10 @@ from mmengine.registry import FUNCTIONS
 from mmengine._strategy import DDPStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from vit_plugin.checkpoint.safe_load import safe_torch_load
+from vit_plugin.engine.checkpointing import (COMPLETE_MARKER, EXTRA_FILE, atomic_write_bytes, checkpoint_problem,
+                                             is_sharded_checkpoint, sharded_checkpoint_problem)
 from vit_plugin.registry import STRATEGIES
-
-#: File marking a sharded checkpoint directory as complete (written last, by rank 0).
-COMPLETE_MARKER = '.complete'
-#: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
-EXTRA_FILE = 'extra.pth'
-
-
-def is_sharded_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a sharded (DCP) checkpoint directory written by :class:`FSDP2Strategy`."""
-    return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
-
-
-def sharded_checkpoint_problem(path: str) -> Optional[str]:
-    """Why the sharded checkpoint directory ``path`` cannot be resumed from, or None when complete."""
-    missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
-    if missing:
-        return (f'is an incomplete sharded checkpoint (no {" or ".join(missing)}: its save was '
-                f'interrupted)')
-    return None
 
 
 def _shard_placement(world_size: int) -> Callable:
@@ -81,9 +65,6 @@ def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
     import tempfile
 
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from vit_plugin.checkpoint.safe_load import safe_torch_load
-    from vit_plugin.engine.checkpointing import atomic_write_bytes, checkpoint_problem
 
     problem = checkpoint_problem(src) if osp.isdir(src) else f'is not a sharded checkpoint directory'
     if problem is not None:
@@ -230,7 +211,6 @@ class FSDP2Strategy(DDPStrategy):
         problem = sharded_checkpoint_problem(filename)
         if problem is not None:
             raise FileNotFoundError(f'{filename} {problem}; resume from an older one.')
-        from vit_plugin.checkpoint.safe_load import safe_torch_load
         optimizers = self.optim_wrapper.optimizer if with_optimizer else []
         model_sd, optim_sd = get_state_dict(self.model, optimizers)
         tensors = {'model': model_sd}
