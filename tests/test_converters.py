@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from _official_npz import official_arrays, save_npz
-from helpers.common import load_tool
 from vit_plugin.checkpoint.layout import GELU_KEY, NORM_KEY
 from vit_plugin.converters import (ConversionError, convert_jax_vit, finetune_transfer, load_official_npz,
                                    mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm)
@@ -200,7 +199,8 @@ def test_finetune_transfer_zero_head_and_pre_logits():
 
 # ----------------------------------------------------------------------------- the command-line tool
 def _tool():
-    return load_tool('convert_checkpoint.py').main
+    from vit_plugin.apis.convert_checkpoint import main
+    return main
 
 
 def test_tool_converts_for_finetuning_and_loads_with_init_cfg(tmp_path, capsys):

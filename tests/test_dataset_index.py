@@ -13,7 +13,7 @@ from mmpretrain.datasets import CustomDataset as MMPretrainCustomDataset
 from mmpretrain.datasets import ImageNet21k as MMPretrainImageNet21k
 from torch.utils.data import DataLoader
 
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 from vit_plugin.datasets import compact_index
 from vit_plugin.datasets.checked import ImageNet21k
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, parse_list_file
@@ -258,7 +258,7 @@ def test_folder_layout_still_scans_the_folder(tmp_path):
 
 # ----------------------------------------------------------------------------- benchmark tool
 def test_synthetic_list_file_looks_like_imagenet21k(tmp_path):
-    bench = load_tool('analysis', 'benchmark_dataset_index.py')
+    from vit_plugin.apis.analysis import benchmark_dataset_index as bench
     counts = bench.class_counts(bench.IN21K_IMAGES, bench.IN21K_CLASSES)
     assert counts.sum() == 14_197_122 and len(counts) == 21_841 and counts.min() >= 1
     assert 400 < np.median(counts) < 700 and counts.max() > 3 * np.median(counts)  # long-tailed
@@ -281,7 +281,7 @@ def test_synthetic_list_file_looks_like_imagenet21k(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_compares_both_parsers_and_writes_json(tmp_path):
-    bench = load_tool('analysis', 'benchmark_dataset_index.py')
+    from vit_plugin.apis.analysis import benchmark_dataset_index as bench
     out = tmp_path / 'index.json'
     result = bench.main(['--data-dir', str(tmp_path / 'data'), '--num-lines', '3000', '--num-classes', '100',
                          '--probe-lines', '1000', '--baseline-max-gib', '1e-9', '--workers', '2',

@@ -18,7 +18,7 @@ from scipy import stats
 from sklearn.datasets import load_sample_images
 
 import vit_plugin.datasets.transforms as fast
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 from vit_plugin.datasets.transforms import LoadAndInceptionCrop, dct_factor, inception_crop_box, jpeg_header
 
 PAPER_RANGE = (0.05, 1.0)
@@ -318,7 +318,7 @@ def test_pretraining_config_uses_the_fused_crop(files):
 
 # -------------------------------------------------------------------------------------- benchmark
 def test_benchmark_images_are_imagenet_sized_jpegs(tmp_path):
-    bench = load_tool('analysis', 'benchmark_pipeline.py')
+    from vit_plugin.apis.analysis import benchmark_pipeline as bench
     paths = bench.make_jpegs(str(tmp_path), 12, 500, 90, seed=0)
     (tmp_path / 'again').mkdir()
     shapes = [cv2.imread(p).shape for p in paths]
@@ -328,7 +328,7 @@ def test_benchmark_images_are_imagenet_sized_jpegs(tmp_path):
 
 
 def test_benchmark_runs_at_a_toy_size(tmp_path):
-    bench = load_tool('analysis', 'benchmark_pipeline.py')
+    from vit_plugin.apis.analysis import benchmark_pipeline as bench
     out = tmp_path / 'pipeline.json'
     result = bench.main(['--num-images', '3', '--repeats', '1', '--warmup', '0', '--out', str(out)])
     saved = json.loads(out.read_text())
