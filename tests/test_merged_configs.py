@@ -4,6 +4,9 @@ The record of a config is its fully merged dict (all ``_base_`` files, mmdet's a
 included) written as a Python literal with sorted keys, one value per line where it is long, so that
 tuples stay tuples and a changed number shows as a one-line diff. The configs share ``_base_``
 fragments; the records pin what each concrete config means, whatever fragments it is made of.
+Top-level names that start with ``_`` are left out: they are the private variables through which a
+fragment hands a block to configs that also inherit mmdet's recipes (two bases may not define the same
+name), and nothing reads them.
 
 A deliberate change of a config's meaning rewrites its record:
 
@@ -44,8 +47,9 @@ def _relative(value):
 
 def merged_text(config: str) -> str:
     """The fully merged dict of ``config`` (relative to the root) as sorted, line-broken literal text."""
-    cfg = Config.fromfile(osp.join(REPO, config), import_custom_modules=False)
-    return pprint.pformat(_relative(cfg.to_dict()), width=100, sort_dicts=True) + '\n'
+    cfg = Config.fromfile(osp.join(REPO, config), import_custom_modules=False).to_dict()
+    cfg = {k: v for k, v in cfg.items() if not k.startswith('_')}
+    return pprint.pformat(_relative(cfg), width=100, sort_dicts=True) + '\n'
 
 
 def record_path(config: str) -> str:
