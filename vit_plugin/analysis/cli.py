@@ -1,4 +1,5 @@
-"""Shared command-line plumbing of ``tools/fewshot_eval.py`` and ``tools/analysis/*.py``."""
+"""Shared command-line plumbing of the analysis commands (:mod:`vit_plugin.apis.analysis`, run by
+``tools/analysis/*.py``) and of :mod:`vit_plugin.apis.fewshot_eval` (``tools/fewshot_eval.py``)."""
 import argparse
 import sys
 from typing import Callable, Optional, Sequence
