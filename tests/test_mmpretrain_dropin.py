@@ -114,6 +114,19 @@ def arch_pair(name: str, depth=None):
     return dict(ViT.arch_zoo[name], num_layers=depth), dict(VisionTransformer.arch_zoo[mm_name], num_layers=depth)
 
 
+# ------------------------------------------------------------------------------------------ keywords
+def test_every_keyword_of_mmpretrains_signature_is_accepted_with_its_default():
+    import inspect
+    theirs = {k: p.default for k, p in inspect.signature(VisionTransformer.__init__).parameters.items() if k != 'self'}
+    assert set(theirs) <= set(inspect.signature(ViT.__init__).parameters)
+    with torch.device('meta'):  # ViT-B: names and shapes only
+        ref, ours = VisionTransformer(**copy.deepcopy(theirs)), ViT(**copy.deepcopy(theirs))
+    state, report = mmpretrain_to_vit(ref.state_dict(), backbone_prefix='')
+    report.check()
+    assert {k: v.shape for k, v in state.items()} == {k: v.shape for k, v in ours.state_dict().items()
+                                                       if k != 'pos_embed_grid'}
+
+
 # ------------------------------------------------------------------------------------------ archs
 @pytest.mark.parametrize('name', list(ARCHS))
 def test_arch_parameter_counts_equal_mmpretrains(name):
@@ -350,8 +363,10 @@ def test_structure_mismatch_with_a_checkpoint_is_refused(tmp_path):
     # A DINOv2 checkpoint into a config that forgot layer scale would otherwise load non-strictly
     # and run without its scales.
     state = ViT(arch=SMALL, img_size=32, patch_size=8, layer_scale_init_value=1e-5).state_dict()
-    with pytest.raises(ValueError, match=r'blocks\.0\.ls1\.gamma.*layer_scale_init_value'):
+    with pytest.raises(ValueError, match=r'blocks\.0\.ls1\.gamma.*layer_scale_init_value=1e-5'):
         ViT(arch=SMALL, img_size=32, patch_size=8).load_state_dict(state, strict=False)
+    with pytest.raises(ValueError, match=r'norm_pre\.weight: the checkpoint lacks.*pre_norm=False'):
+        ViT(arch=SMALL, img_size=32, patch_size=8, pre_norm=True, layer_scale_init_value=1e-5).load_state_dict(state)
     swiglu = ViT(arch=SMALL, img_size=32, patch_size=8, layer_cfgs=dict(ffn_type='swiglu_fused')).state_dict()
     with pytest.raises(ValueError, match="ffn_type='swiglu_fused'"):
         ViT(arch=SMALL, img_size=32, patch_size=8).load_state_dict(swiglu, strict=False)

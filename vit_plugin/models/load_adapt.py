@@ -199,16 +199,15 @@ def _check_block_structure(model, state_dict, prefix):
     load (``init_cfg`` Pretrained) would leave those parts at their initial values or drop them, and
     the model would compute something else than the checkpoint did, with only a warning."""
     own = dict(model.named_parameters())
-    for part, fix in (('blocks.{}.ls1.gamma', 'layer_scale_init_value=1e-5 (any value > 0; the checkpoint\'s '
-                                                'scales load), or 0 for none'),
-                      ('norm_pre.weight', 'pre_norm=True, or pre_norm=False')):
-        names = [part.format(i) for i in range(model.num_layers)] if '{}' in part else [part]
-        for name in names:
-            if (prefix + name in state_dict) != (name in own):
-                has = 'has' if prefix + name in state_dict else 'lacks'
-                raise ValueError(f'{prefix}{name}: the checkpoint {has} this weight but the model '
-                                 f'{"lacks" if has == "has" else "has"} it: it was trained with another block '
-                                 f'structure. Build the backbone like the checkpoint: {fix}.')
+    parts = [(f'blocks.{i}.ls1.gamma', ('layer_scale_init_value=1e-5 (any value > 0: the checkpoint\'s scales '
+                                        'load)', 'layer_scale_init_value=0')) for i in range(model.num_layers)]
+    parts.append(('norm_pre.weight', ('pre_norm=True', 'pre_norm=False')))
+    for name, (to_add, to_remove) in parts:
+        if (prefix + name in state_dict) != (name in own):
+            theirs = prefix + name in state_dict
+            raise ValueError(f'{prefix}{name}: the checkpoint {"has" if theirs else "lacks"} this weight but the model '
+                             f'{"lacks" if theirs else "has"} it: it was trained with another block structure. Build '
+                             f'the backbone like the checkpoint: {to_add if theirs else to_remove}.')
     key = prefix + 'blocks.0.mlp.fc1.weight'
     theirs, ours = state_dict.get(key), own.get('blocks.0.mlp.fc1.weight')
     if theirs is not None and ours is not None and theirs.shape != ours.shape:

@@ -1,7 +1,7 @@
 """The ViT architectures by name: one table, with its aliases, and the parsing of an ``arch`` argument.
 
-This module imports nothing from the rest of the package (and not torch), so that the converters and
-tools can read the table without building a model.
+The table does not depend on the model: this module imports nothing from the rest of the package (nor
+torch), and the converters and tools read the names from here, not from the ``ViT`` class.
 
 The names are those of the paper (Ti and S from the DeiT and "How to train your ViT" papers; B, L, H
 from Table 1) and those of mmpretrain's ``VisionTransformer.arch_zoo`` for its plain-ViT families:
