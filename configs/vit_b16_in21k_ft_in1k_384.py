@@ -27,7 +27,7 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint=pretrained, prefix='backbone.'),
     ),
     # hidden_dim=None: no pre-logits layer; the head's Linear is initialised to zeros.
-    head=dict(num_classes=1000, hidden_dim=None),
+    head=dict(num_classes={{_base_.num_classes}}, hidden_dim=None),
 )
 
 max_steps = 20000
