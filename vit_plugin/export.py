@@ -79,7 +79,8 @@ def build_model(cfg, checkpoint: Optional[str], backbone_only: bool = False,
     if checkpoint is None:
         model.init_weights()
     else:
-        classes = checkpoint_classes(load_checkpoint_strict(model, checkpoint, backbone_only, option))
+        loaded = load_checkpoint_strict(model, checkpoint, backbone_only, option)
+        classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
         if classes:
             model._dataset_meta = classes
     return model.eval()

@@ -77,7 +77,7 @@ def build_classification_inferencer(cfg, checkpoint: str, device: str = 'cpu', b
     """
     model = get_model(cfg, pretrained=False, device='cpu')
     loaded = load_checkpoint_strict(model, checkpoint, backbone_only=backbone_only)
-    classes = checkpoint_classes(loaded)
+    classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
     if classes:
         model._dataset_meta = classes
     model.to(device)

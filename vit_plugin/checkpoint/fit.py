@@ -103,7 +103,7 @@ def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], sou
     """
     try:
         result = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # size mismatches that the loading hooks did not adapt
+    except (RuntimeError, ValueError) as err:  # size mismatches the loading hooks refuse or do not adapt
         raise CheckpointMismatchError(f'{source} does not fit the model built from the config: {err}') from None
     missing = [k for k in result.missing_keys if not backbone_only or k.startswith(BACKBONE_PREFIX)]
     missing = [k for k in missing if not k.startswith('data_preprocessor.')]

@@ -50,19 +50,19 @@ def _mix(value: int) -> int:
 
 
 def replacement_candidates(index: int, size: int, count: int) -> List[int]:
-    """The samples tried, in order, in place of the bad sample ``index`` of a dataset of ``size``.
+    """The ``count`` (at most ``size - 1``) distinct samples tried, in order, in place of the bad sample
+    ``index`` of a dataset of ``size``.
 
     First the next sample (in a list sorted by class, usually one of the same class), then positions
     drawn by a fixed hash of (index, attempt), which leave a run of bad neighbours (a damaged folder)
     at once. A pure function of its arguments: no random generator is consumed.
     """
-    candidates = []
-    for attempt in range(count):
-        if attempt == 0:
-            candidate = (index + 1) % size
-        else:
-            candidate = _mix(index * 1_000_003 + attempt) % size
-        if candidate != index or size == 1:
+    candidates, seen, attempt = [], {index}, 0
+    while len(candidates) < min(count, size - 1):
+        candidate = (index + 1) % size if attempt == 0 else _mix(index * 1_000_003 + attempt) % size
+        attempt += 1
+        if candidate not in seen:
+            seen.add(candidate)
             candidates.append(candidate)
     return candidates
 
