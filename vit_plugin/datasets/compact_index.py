@@ -206,7 +206,9 @@ def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
     low = int(labels.min())
     if top < num_classes and low >= 0:
         return
-    bad = (labels >= num_classes) | (labels < 0)  # one byte per line, only on this error path
+    bad = labels >= num_classes  # one byte per line, only on this error path
+    if low < 0:
+        bad |= labels < 0
     line = int(np.argmax(bad))
     raise ListFileError(
         f'{filename}, line {line + 1}: label {int(labels[line])} is outside [0, {num_classes}) '
