@@ -116,6 +116,29 @@ def test_corpus_differences_are_the_documented_ones(corpus):
     assert cv2.imdecode(np.frombuffer(read(padded.path), np.uint8), cv2.IMREAD_COLOR) is not None
 
 
+@pytest.mark.parametrize('fmt,kwargs', [('BMP', {}), ('WEBP', dict(lossless=True)), ('WEBP', dict(quality=90)),
+                                        ('TIFF', {}), ('PNG', {})])
+def test_other_formats_give_reference_pixels_orientation_included_and_truncation_is_found(fmt, kwargs):
+    from helpers.bad_images import exif
+    image = Image.fromarray(photo(30, 44))
+    for orientation in ((1, 6) if fmt != 'BMP' else (1, )):
+        extra = dict(exif=exif(orientation)) if orientation != 1 else {}
+        data = encode(image, fmt, **kwargs, **extra)
+        want = reference(data)
+        assert want.shape == ((44, 30, 3) if orientation == 6 else (30, 44, 3))
+        for backend in ('cv2', 'pillow'):
+            np.testing.assert_array_equal(decode_image(data, 'x', backend=backend), want, err_msg=f'{fmt} {backend}')
+        with pytest.raises(ImageDecodeError, match=rf'^y: truncated \({fmt}: ') as err:
+            decode_image(data[:-7], 'y')
+        assert err.value.reason == 'truncated'
+
+
+def test_a_float_tiff_is_an_unsupported_mode():
+    data = encode(Image.fromarray(np.linspace(0, 1, 300, dtype=np.float32).reshape(15, 20)), 'TIFF')
+    with pytest.raises(ImageDecodeError, match=r'^f\.tif: unsupported mode \(TIFF with mode F'):
+        decode_image(data, 'f.tif')
+
+
 def test_truncation_is_caught_even_when_pillow_loads_truncated_images(corpus, monkeypatch):
     monkeypatch.setattr(ImageFile, 'LOAD_TRUNCATED_IMAGES', True)
     case = corpus['truncated_99.jpg']

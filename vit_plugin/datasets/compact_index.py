@@ -158,7 +158,7 @@ def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
     size = osp.getsize(filename)
     if size == 0:
         raise empty_list_error(filename)
-    data = np.memmap(filename, dtype=np.uint8, mode='r') if size else np.zeros(0, np.uint8)
+    data = np.memmap(filename, dtype=np.uint8, mode='r')
     # Count the lines first so that the outputs are filled in place: no list of chunks to concatenate
     # (which would hold the paths twice). ``paths`` gets an upper bound; pages never written are never
     # allocated, and the result is a view of its used part.
@@ -196,8 +196,8 @@ def empty_list_error(filename: str) -> ListFileError:
 
 def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
     """Raise :class:`ListFileError` naming the first line of ``filename`` whose label is outside
-    ``[0, num_classes)``. Vectorised: one pass over the labels (a maximum), a second one only to find
-    the line of a bad label."""
+    ``[0, num_classes)``. Vectorised: a minimum and a maximum over the labels (no allocation), a
+    comparison only on the error path, to find the line."""
     if not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool) or num_classes < 1:
         raise ValueError(f'num_classes must be a positive int, got {num_classes!r}')
     if not len(labels):
@@ -213,8 +213,8 @@ def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
     raise ListFileError(
         f'{filename}, line {line + 1}: label {int(labels[line])} is outside [0, {num_classes}) '
         f'(num_classes={num_classes}; {int(np.count_nonzero(bad)):,} of {len(labels):,} lines are outside, the '
-        f'largest label is {top}). Set num_classes in the config to the number of classes of this list (the same value for '
-        f'the dataset, the data preprocessor and the head), or correct the list.')
+        f'largest label is {top}). Set num_classes in the config to the number of classes of this list (the '
+        f'same value for the dataset, the data preprocessor and the head), or correct the list.')
 
 
 def _source_key(filename: str) -> dict:

@@ -27,10 +27,11 @@ exceptions: CMYK JPEGs differ by at most 1 level (OpenCV and Pillow round the CM
 differently), and 16-bit grayscale PNGs keep the high byte of every sample (what OpenCV and libpng do,
 and what Pillow does for 16-bit colour PNGs; Pillow's ``convert('RGB')`` of 16-bit grayscale clips at
 255 instead). Alpha is dropped, as both libraries do. The EXIF orientation is applied here, from the
-first Exif segment of a JPEG (Pillow's rule), the ``eXIf`` chunk of a PNG, the ``EXIF`` chunk of a
-WebP (Pillow applies a TIFF's orientation tag while reading it). (mmcv's ``LoadImageFromFile`` leaves that to OpenCV, which
-reads only the *first* APP1 segment of a JPEG, ignores an Exif segment placed after e.g. an XMP one,
-and ignores WebP orientation.) ``*_ignore_orientation`` colour types keep the stored orientation.
+first Exif segment of a JPEG (Pillow's rule), the ``eXIf`` chunk of a PNG or the ``EXIF`` chunk of a
+WebP (Pillow applies a TIFF's orientation tag while reading it). mmcv's ``LoadImageFromFile`` leaves
+that to OpenCV, which reads only the *first* APP1 segment of a JPEG (so it ignores an Exif segment
+placed after e.g. an XMP one) and ignores WebP orientation. ``*_ignore_orientation`` colour types keep
+the stored orientation.
 
 JPEG, PNG, BMP and WebP are decoded by OpenCV (the decoder of mmcv's ``LoadImageFromFile``, with
 JPEG reduction by 1/2, 1/4, 1/8 in the DCT domain); GIF (first frame), which OpenCV does not read, and
