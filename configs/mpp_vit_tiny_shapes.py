@@ -41,7 +41,7 @@ train_dataloader = dict(
         num_images=1024,
         seed=1,  # the labelled splits use seed 0
         pipeline=[
-            dict(type='LoadImageFromFile'),
+            dict(type='vit_plugin.LoadImageFromFile'),
             # A fixed 160x160 input (the images are 96-160 px): crops of half to all of the image,
             # scaled up about as much as the detector's resize to a 160-px longest side scales them.
             dict(type='RandomResizedCrop', scale=img_size, crop_ratio_range=(0.5, 1.0)),

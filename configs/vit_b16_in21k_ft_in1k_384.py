@@ -2,7 +2,7 @@
 # (_base_/recipes/finetune_vit_b16_384.py): 500 warm-up steps then cosine decay, 20000 steps (Table 4).
 _base_ = ['_base_/recipes/finetune_vit_b16_384.py', '_base_/datasets/imagenet1k_384.py']
 
-model = dict(head=dict(num_classes=1000))
+model = dict(head=dict(num_classes={{_base_.num_classes}}))
 
 max_steps = 20000
 param_scheduler = [

@@ -4,7 +4,7 @@
 # `warmup_steps` below).
 _base_ = ['_base_/recipes/finetune_vit_b16_384.py', '_base_/datasets/pets_384.py']
 
-model = dict(head=dict(num_classes=37))
+model = dict(head=dict(num_classes={{_base_.num_classes}}))
 
 max_steps = 500
 # The paper's 500 warm-up steps would be the whole 500-step run here; we warm up for the first 10%

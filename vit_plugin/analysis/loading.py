@@ -7,13 +7,13 @@ a message naming the mismatching keys, instead of silently analysing random weig
 import os.path as osp
 from typing import Optional, Tuple
 
-import torch
 import torch.nn as nn
 from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.utils import import_modules_from_strings
 
+from vit_plugin.checkpoint.fit import CheckpointMismatchError, state_dict_of
 from vit_plugin.models import ViT
 
 
@@ -47,16 +47,10 @@ def find_vit(model: nn.Module) -> Tuple[nn.Module, str]:
 
 
 def _state_dict_of(checkpoint, filename: str) -> dict:
-    if isinstance(checkpoint, dict):
-        for key in ('state_dict', 'model', 'module'):
-            if isinstance(checkpoint.get(key), dict):
-                checkpoint = checkpoint[key]
-                break
-    if not isinstance(checkpoint, dict) or not checkpoint or not all(
-            isinstance(v, torch.Tensor) for v in checkpoint.values()):
-        raise WrongModelError(f'{filename} holds no state dict of tensors (looked at the file itself and its '
-                              f'"state_dict"/"model" entries); pass a checkpoint saved by mmengine or torch.save')
-    return {k[7:] if k.startswith('module.') else k: v for k, v in checkpoint.items()}
+    try:
+        return state_dict_of(checkpoint, filename)
+    except CheckpointMismatchError as err:
+        raise WrongModelError(str(err)) from None
 
 
 def load_checkpoint_checked(model: nn.Module, filename: str, vit_prefix: str) -> dict:

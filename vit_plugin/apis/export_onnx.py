@@ -2,13 +2,17 @@
 
     python tools/deployment/export_onnx.py CONFIG CHECKPOINT|random [--out model.onnx] [--part classifier|backbone]
         [--img-size 384] [--opset 17] [--atol 1e-4] [--torch-export model.pt2] [--benchmark 20 --batch 8]
+        [--backbone-only]
 
 The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W), with a dynamic batch and the
 resolution fixed at the backbone's ``img_size`` (or ``--img-size``: the model is built for it and the
 checkpoint's position embedding is resized once while loading, so the graph holds no interpolation).
 The config's normalisation is inside the graph; resizing and cropping (the config's test pipeline)
-are not. The file is written only after ONNX Runtime reproduces PyTorch's outputs on the same random
-images, at batch sizes 1 and 3, within ``--atol``. ``--torch-export`` also saves a ``torch.export``
+are not. The checkpoint must fit the config's model: one whose head has another shape (trained for
+other classes) is refused, naming both shapes; ``--part backbone`` loads and exports the backbone
+only, ``--backbone-only`` exports the classifier with an untrained head on purpose. The file is
+written only after ONNX Runtime reproduces PyTorch's outputs on the same random images, at batch
+sizes 1 and 3, within ``--atol``. ``--torch-export`` also saves a ``torch.export``
 program (dynamic batch). ``--benchmark N`` then times N interleaved rounds of eager PyTorch,
 vit_plugin's frozen compiled model (``vit_plugin.deploy.compile_for_inference``) and ONNX Runtime on
 one batch (CPU, ``--threads``) and prints medians and ratios; ``--benchmark-out`` writes them as JSON.
@@ -21,8 +25,10 @@ import time
 
 import torch
 
+from vit_plugin.checkpoint import CheckpointMismatchError
 from vit_plugin.deploy import compile_for_inference
-from vit_plugin.export import ExportWrapper, export_onnx, export_program, normalization_of, sample_images
+from vit_plugin.export import (ExportWrapper, build_model, export_onnx, export_program, normalization_of,
+                               sample_images)
 
 
 def parse_args(argv=None):
@@ -39,12 +45,14 @@ def parse_args(argv=None):
     parser.add_argument('--batch', type=int, default=8, help='benchmark batch size')
     parser.add_argument('--threads', type=int, default=2, help='CPU threads for PyTorch and ONNX Runtime')
     parser.add_argument('--benchmark-out', help='write the benchmark as JSON here')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help="load only the backbone of CHECKPOINT, on purpose (implied by --part backbone): the head "
+                        "keeps untrained weights; otherwise a checkpoint that does not fit the config is refused")
     return parser.parse_args(argv)
 
 
 def build(args):
     from mmengine.config import Config
-    from mmpretrain.apis import get_model
 
     random = args.checkpoint == 'random'
     if not random and not osp.isfile(args.checkpoint):
@@ -54,9 +62,13 @@ def build(args):
         cfg.model.backbone.img_size = args.img_size
     if cfg.get('test_dataloader', 'absent') is None:  # pre-training configs: get_model would read its dataset
         cfg.pop('test_dataloader')
-    model = get_model(cfg, pretrained=not random and args.checkpoint, device='cpu').eval()
+    try:
+        model = build_model(cfg, None if random else args.checkpoint,
+                            backbone_only=args.backbone_only or args.part == 'backbone',
+                            option='--part backbone (export the backbone alone) or --backbone-only')
+    except CheckpointMismatchError as err:
+        raise SystemExit(f'ERROR: {err}') from None
     if random:  # for timing only: the config's initialisation, no checkpoint
-        model.init_weights()
         print('CHECKPOINT is "random": the weights are the config\'s initialisation (for benchmarks).')
     size = getattr(model.backbone, 'img_size', None)
     if size is None:

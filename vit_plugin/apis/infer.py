@@ -1,7 +1,7 @@
 """Run a trained classifier or detector on images: top-k classes, or detections drawn into PNGs.
 
     python tools/infer.py CONFIG CHECKPOINT IMAGE_OR_FOLDER [...] [--topk 5] [--batch-size 8]
-        [--out results.json] [--out-dir vis/] [--score-thr 0.3] [--device cpu]
+        [--out results.json] [--out-dir vis/] [--score-thr 0.3] [--device cpu] [--backbone-only]
 
 A classification config (mmpretrain, e.g. ``configs/vit_demo_digits.py``) prints the ``--topk``
 classes of every image with their names and scores. A detection config (mmdet, e.g.
@@ -10,10 +10,14 @@ drawn to ``--out-dir/<name>.png`` and prints the detections above ``--score-thr`
 searched recursively for images. Batches are run with a progress bar.
 
 This is a thin layer over the ecosystem's own inferencers (mmpretrain's
-``ImageClassificationInferencer``, mmdet's ``DetInferencer``): the test pipeline of the config, its
-data preprocessor and the class names stored in the checkpoint are used as in ``tools/test.py``. The
-checkpoint is read with vit_plugin's safe loader (no code from the file runs), and a model whose
-weights expect another input normalisation than the config's gets a warning.
+``ImageClassificationInferencer``, mmdet's ``DetInferencer``, through :mod:`vit_plugin.inference`): the
+test pipeline of the config, its data preprocessor and the class names stored in the checkpoint are
+used as in ``tools/test.py``. The checkpoint is read with vit_plugin's safe loader (no code from the
+file runs) and must fit the config's model: a head of another shape (a checkpoint trained for other
+classes) is refused with both shapes named, rather than predicting with a random head;
+``--backbone-only`` loads only the backbone on purpose. Images are decoded as vit_plugin's training
+loaders decode them: a truncated, unreadable or oversized file stops the run with its name and the
+reason. A model whose weights expect another input normalisation than the config's gets a warning.
 """
 import argparse
 import json
@@ -21,6 +25,9 @@ import os
 import os.path as osp
 from typing import Dict, List
 
+from vit_plugin.checkpoint import CheckpointMismatchError
+from vit_plugin.datasets import ImageDecodeError
+from vit_plugin.inference import build_classification_inferencer
 from vit_plugin.models import check_input_normalization
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff')
@@ -37,6 +44,9 @@ def parse_args(argv=None):
     parser.add_argument('--out-dir', default='work_dirs/infer', help='detection: where the drawn PNGs go')
     parser.add_argument('--out', help='write the results as JSON here')
     parser.add_argument('--device', default=None, help='e.g. cpu, cuda:0 (default: cuda if available)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='load only the backbone of CHECKPOINT, on purpose: the rest of the model (the head) keeps '
+                        'its untrained weights (otherwise a checkpoint that does not fit the config is refused)')
     return parser.parse_args(argv)
 
 
@@ -71,9 +81,9 @@ def task_of(cfg) -> str:
 
 def classify(cfg, args, images: List[str]) -> List[Dict]:
     import torch
-    from mmpretrain.apis import ImageClassificationInferencer
 
-    inferencer = ImageClassificationInferencer(cfg, pretrained=args.checkpoint, device=args.device)
+    inferencer = build_classification_inferencer(cfg, args.checkpoint, device=args.device,
+                                                 backbone_only=args.backbone_only)
     check_input_normalization(inferencer.model)
     classes = inferencer.classes
     results = []
@@ -89,9 +99,10 @@ def classify(cfg, args, images: List[str]) -> List[Dict]:
 
 def detect(cfg, args, images: List[str]) -> List[Dict]:
     import mmcv
-    from mmdet.apis import DetInferencer
 
-    inferencer = DetInferencer(model=cfg, weights=args.checkpoint, device=args.device, show_progress=True)
+    from vit_plugin.inference import CheckedDetInferencer  # defined only where mmdet (the [det] extra) is
+    inferencer = CheckedDetInferencer(model=cfg, weights=args.checkpoint, device=args.device, show_progress=True,
+                                      backbone_only=args.backbone_only)
     check_input_normalization(inferencer.model)
     classes = inferencer.model.dataset_meta.get('classes') if inferencer.model.dataset_meta else None
     os.makedirs(args.out_dir, exist_ok=True)
@@ -122,7 +133,10 @@ def main(argv=None):
         import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     run = detect if task_of(cfg) == 'detection' else classify
-    results = run(cfg, args, images)
+    try:
+        results = run(cfg, args, images)
+    except (CheckpointMismatchError, ImageDecodeError) as err:  # the message says what and what to do
+        raise SystemExit(f'ERROR: {err}') from None
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(results, f, indent=1)

@@ -31,6 +31,9 @@ from vit_plugin.registry import HOOKS
 LAST_CHECKPOINT = 'last_checkpoint'
 #: Suffix of a file being written; it is renamed to its final name only once complete.
 PARTIAL_SUFFIX = '.part'
+#: Suffix of a complete sharded checkpoint directory moved aside while a new one takes its name
+#: (:func:`vit_plugin.engine.fsdp2.commit_directory`); a resume point only when the name is missing.
+ASIDE_SUFFIX = '.old'
 ATOMIC_BACKEND = 'vit_plugin_atomic_local'
 #: Periodic/last runner checkpoints (``iter_N.pth``, ``epoch_N.pth``); ``best_*`` files are not resume points.
 _CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
@@ -38,6 +41,7 @@ _CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
 COMPLETE_MARKER = '.complete'
 #: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
 EXTRA_FILE = 'extra.pth'
+_ASIDE_NAME = re.compile(r'^((?:iter|epoch)_(\d+)\.pth)' + re.escape(ASIDE_SUFFIX) + '$')
 
 
 def atomic_write_bytes(data: bytes, path: str) -> None:
@@ -61,7 +65,11 @@ def publish_partial(partial: str, path: str) -> None:
     with open(partial, 'rb+') as f:
         os.fsync(f.fileno())
     os.replace(partial, path)
-    directory = osp.dirname(osp.abspath(path))
+    fsync_directory(osp.dirname(osp.abspath(path)))
+
+
+def fsync_directory(directory: str) -> None:
+    """Flush the entries of ``directory`` (renames into it) to disk, where the file system allows."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # e.g. a file system that cannot open directories; the rename itself is done
@@ -121,14 +129,21 @@ def read_last_checkpoint(work_dir: str) -> Optional[str]:
 
 def checkpoint_candidates(work_dir: str) -> List[str]:
     """Resume points of ``work_dir``, newest first: its ``iter_N.pth`` / ``epoch_N.pth`` files ordered by
-    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere."""
+    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere. A
+    sharded directory moved aside while its name was being rewritten (``iter_N.pth.old``, see
+    :func:`vit_plugin.engine.fsdp2.commit_directory`) stands in for ``iter_N.pth`` when a crash left
+    that name missing."""
     found = {}
     if osp.isdir(work_dir):
-        for name in os.listdir(work_dir):
+        names = set(os.listdir(work_dir))
+        for name in names:
             match = _CHECKPOINT_NAME.match(name)
             path = osp.join(work_dir, name)
             if match and osp.exists(path):
                 found[path] = int(match.group(2))
+            aside = _ASIDE_NAME.match(name)
+            if aside and aside.group(1) not in names and osp.isdir(path):
+                found[path] = int(aside.group(2))
     recorded = read_last_checkpoint(work_dir)
     if recorded is not None and recorded not in found:
         match = _CHECKPOINT_NAME.match(osp.basename(recorded))

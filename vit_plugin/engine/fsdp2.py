@@ -10,8 +10,11 @@ passes. Unlike torch's FSDP1, FSDP2 runs on CPU hosts with the Gloo backend as w
 A checkpoint is a directory ``iter_N.pth/`` (mmengine's checkpoint names are kept, so its hooks rotate
 and record it as usual) holding the DCP files, to which every process writes its own shards, and
 ``extra.pth`` (iteration, schedulers, log history; written by rank 0). It is written to
-``iter_N.pth.part/`` and renamed once every process has finished, then the marker
-:data:`COMPLETE_MARKER` is added: a directory without it is incomplete and ``--resume`` skips it.
+``iter_N.pth.part/``, completed by the marker :data:`COMPLETE_MARKER` once every process has finished
+(a directory without it is incomplete and ``--resume`` skips it), and renamed into place. A save under
+an existing name first moves the old directory aside (``iter_N.pth.old/``), renames the new one in,
+then deletes the old one, so that at every moment one complete checkpoint exists under one of the two
+names; ``--resume`` takes the aside copy when a crash left no ``iter_N.pth``.
 DCP reshards on load, so a checkpoint resumes at another number of processes (also at one, where the
 model is not sharded). ``tools/consolidate_checkpoint.py`` turns it into an ordinary single-file
 checkpoint.
@@ -33,9 +36,31 @@ from mmengine._strategy import DDPStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
-from vit_plugin.engine.checkpointing import (COMPLETE_MARKER, EXTRA_FILE, atomic_write_bytes, checkpoint_problem,
+from vit_plugin.engine.checkpointing import (ASIDE_SUFFIX, COMPLETE_MARKER, EXTRA_FILE, PARTIAL_SUFFIX,
+                                             atomic_write_bytes, checkpoint_problem, fsync_directory,
                                              is_sharded_checkpoint, sharded_checkpoint_problem)
 from vit_plugin.registry import STRATEGIES
+
+
+def commit_directory(partial: str, filename: str) -> None:
+    """Move the complete checkpoint directory ``partial`` to ``filename`` without a moment in which
+    neither the old nor the new checkpoint is complete under its name.
+
+    An existing ``filename`` (complete: only complete directories are ever renamed to it) is renamed to
+    ``filename + ASIDE_SUFFIX``, ``partial`` is renamed to ``filename`` (the commit), then the aside
+    copy is deleted. A crash between the two renames leaves the old checkpoint complete under the
+    aside name, which :func:`vit_plugin.engine.checkpointing.checkpoint_candidates` offers to
+    ``--resume`` when ``filename`` is missing. An aside copy left by such a crash is deleted once a new
+    ``filename`` is in place.
+    """
+    aside = filename + ASIDE_SUFFIX
+    if osp.exists(filename):
+        if osp.exists(aside):  # an older aside copy; filename itself is complete
+            shutil.rmtree(aside)
+        os.replace(filename, aside)
+    os.replace(partial, filename)  # the commit
+    fsync_directory(osp.dirname(osp.abspath(filename)))
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _shard_placement(world_size: int) -> Callable:
@@ -188,19 +213,22 @@ class FSDP2Strategy(DDPStrategy):
             tensors['ema'] = extra.pop('ema_state_dict')
             extra['meta']['ema'] = True
 
-        partial = filename + '.part'
+        partial = filename + PARTIAL_SUFFIX
         if is_main_process():
             shutil.rmtree(partial, ignore_errors=True)  # debris of an earlier interrupted save
             os.makedirs(partial)
         _barrier()
         dcp.save(tensors, checkpoint_id=partial)
         if is_main_process():  # every shard is written (dcp.save returns after all processes finished)
-            torch.save(extra, osp.join(partial, EXTRA_FILE))
+            with open(osp.join(partial, EXTRA_FILE), 'wb') as f:
+                torch.save(extra, f)
+                f.flush()
+                os.fsync(f.fileno())
             with open(osp.join(partial, COMPLETE_MARKER), 'w') as f:
                 f.write('complete\n')
-            if osp.exists(filename):
-                shutil.rmtree(filename)
-            os.replace(partial, filename)  # the commit: the final name only ever holds a complete save
+                f.flush()
+                os.fsync(f.fileno())
+            commit_directory(partial, filename)
         _barrier()
         self.logger.info(f'Saved sharded checkpoint {filename} in {time.perf_counter() - start:.2f} s')
 

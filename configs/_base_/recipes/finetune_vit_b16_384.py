@@ -8,7 +8,7 @@
 #
 # A dataset's config adds its dataset, its number of classes and its length in steps (Table 4):
 #     _base_ = ['../_base_/recipes/finetune_vit_b16_384.py', '../_base_/datasets/cifar10_384.py']
-#     model = dict(head=dict(num_classes=10))
+#     model = dict(head=dict(num_classes={{_base_.num_classes}}))  # the dataset config sets it
 #     max_steps = 10000, with the schedulers, train_cfg and the checkpoint interval that count to it
 _base_ = [
     '../models/vit_b16.py',

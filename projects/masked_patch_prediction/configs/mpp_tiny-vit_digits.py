@@ -32,7 +32,7 @@ train_dataloader = dict(
         data_root='data/digits',
         split='train',
         pipeline=[
-            dict(type='LoadImageFromFile'),
+            dict(type='vit_plugin.LoadImageFromFile'),
             # The demo's mild Inception crop; no flip (mirrored digits are other symbols).
             dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.6, 1.0)),
             dict(type='PackInputs'),
