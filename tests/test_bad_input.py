@@ -30,7 +30,10 @@ from PIL import Image, ImageFile
 
 import vit_plugin.datasets.transforms as transforms
 from helpers.bad_images import encode, photo, reference, write_corpus
-from helpers.common import REPO, free_port, load_tool, read_losses, run_env
+from helpers.common import REPO, free_port, read_losses, run_env
+from vit_plugin.apis.analysis import benchmark_input_checks
+from vit_plugin.apis.export_onnx import main as export_main
+from vit_plugin.apis.infer import main as infer_main
 from vit_plugin.datasets import decode
 from vit_plugin.datasets.decode import ImageDecodeError, decode_image
 from vit_plugin.datasets.skip import (BadSampleLimitExceeded, SkipBadSamples, records_in_batch,
@@ -470,7 +473,7 @@ def test_infer_and_export_refuse_a_checkpoint_whose_head_does_not_fit(tmp_path, 
     _, right = tiny_classifier(tmp_path, head_classes=10)
     image = str(tmp_path / 'digit.png')  # the demo's test pipeline takes 32x32 images as they are
     Image.fromarray(photo(32, 32)).save(image)
-    infer = load_tool('infer.py').main
+    infer = infer_main
     shapes = re.escape('head.layers.head.weight has shape (7, 32) in the checkpoint and (10, 32) in the model')
     with pytest.raises(SystemExit, match=shapes + '.*pass --backbone-only to load only the backbone on purpose'):
         infer([config, wrong, image, '--device', 'cpu'])
@@ -479,7 +482,7 @@ def test_infer_and_export_refuse_a_checkpoint_whose_head_does_not_fit(tmp_path, 
     with pytest.raises(SystemExit, match=r'text\.JPEG: not an image'):
         infer([config, right, corpus['text.JPEG'].path, '--device', 'cpu'])
 
-    export = load_tool('deployment', 'export_onnx.py').main
+    export = export_main
     with pytest.raises(SystemExit, match=shapes + '.*pass --part backbone'):
         export([config, wrong, '--out', str(tmp_path / 'wrong.onnx')])
     assert not osp.exists(tmp_path / 'wrong.onnx')
@@ -573,7 +576,7 @@ def test_fsdp2_save_under_an_existing_name_always_keeps_a_complete_checkpoint(tm
 
 # -------------------------------------------------------------------------------------- benchmark
 def test_input_check_benchmark_runs_at_a_toy_size(tmp_path):
-    bench = load_tool('analysis', 'benchmark_input_checks.py')
+    bench = benchmark_input_checks
     out = tmp_path / 'checks.json'
     result = bench.main(['--data-dir', str(tmp_path / 'data'), '--num-lines', '20000', '--num-classes', '500',
                          '--label-repeats', '1', '--num-images', '3', '--repeats', '1', '--out', str(out)])
