@@ -27,7 +27,9 @@ model = dict(
 
 data_root = 'data/shapes_coco/'
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    # Checked decoding in training; the test pipeline keeps mmcv's LoadImageFromFile, which mmdet's
+    # DetInferencer looks for (tools/infer.py decodes with the checked decoder all the same).
+    dict(type='vit_plugin.LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='Resize', scale=(160, 160), keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),

@@ -5,12 +5,16 @@
 # labelled train/val images, so that no evaluation image is seen in pre-training. Fine-tuned by
 # configs/mask_rcnn_vit_tiny_simplefpn_shapes_ft-mpp.py; the whole chain (with baselines, several seeds):
 #   python projects/mpp_detection/run_chain.py
-# Schedule: AdamW with warm-up and cosine decay as in the paper, at a learning rate that suits a batch
-# of 32 (not the paper's 2e-4 at batch 4096). 600 iterations (about 19 passes over the 1,024 images)
+# Schedule: AdamW with warm-up and cosine decay as in the paper (_base_/schedules/adamw_cosine_iters.py),
+# at a learning rate that suits a batch of 32 (not the paper's 2e-4 at batch 4096). 600 iterations (about 19 passes over the 1,024 images)
 # took 8.6 min on 2 idle CPU cores, and the 24-epoch detector after it 3.9 min: the chain fits in the
 # 20 minutes it was sized for. To change the length, change max_iters, the cosine's end and the
 # checkpoint interval together (run_chain.py's --mpp-iters does).
-_base_ = ['./_base_/default_runtime.py', './_base_/models/vit_tiny_shapes.py']
+_base_ = [
+    './_base_/default_runtime.py',
+    './_base_/schedules/adamw_cosine_iters.py',
+    './_base_/models/vit_tiny_shapes.py',
+]
 
 img_size = 160  # the detector's input size (longest side) and its position table's grid x 8
 model = dict(
@@ -37,7 +41,7 @@ train_dataloader = dict(
         num_images=1024,
         seed=1,  # the labelled splits use seed 0
         pipeline=[
-            dict(type='LoadImageFromFile'),
+            dict(type='vit_plugin.LoadImageFromFile'),
             # A fixed 160x160 input (the images are 96-160 px): crops of half to all of the image,
             # scaled up about as much as the detector's resize to a 160-px longest side scales them.
             dict(type='RandomResizedCrop', scale=img_size, crop_ratio_range=(0.5, 1.0)),
@@ -48,21 +52,10 @@ train_dataloader = dict(
 
 max_iters = 600
 warmup_iters = 60
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
-    clip_grad=dict(max_norm=1.0),
-)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=warmup_iters),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=warmup_iters, end=max_iters),
 ]
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters)
-val_cfg = None
-test_cfg = None
-
-default_hooks = dict(
-    logger=dict(interval=25),
-    checkpoint=dict(interval=max_iters, max_keep_ckpts=1),
-)
-log_processor = dict(by_epoch=False)
+train_cfg = dict(max_iters=max_iters)
+val_cfg = test_cfg = None  # pre-training only
+default_hooks = dict(logger=dict(interval=25), checkpoint=dict(interval=max_iters, max_keep_ckpts=1))

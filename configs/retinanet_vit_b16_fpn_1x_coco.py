@@ -1,32 +1,12 @@
-# RetinaNet with the paper's ViT-B/16 on mmdet's own RetinaNet 1x COCO recipe. RetinaNet's pyramid
-# starts at stride 8, so three blocks are rescaled (2x, 1x, 0.5x) for mmdet's FPN.
-_base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
-custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
-default_scope = 'mmdet'
-# Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
-default_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10))
+# RetinaNet with the paper's ViT-B/16 (_base_/recipes/det_vit_b16.py) on mmdet's own RetinaNet 1x COCO
+# recipe. RetinaNet's pyramid starts at stride 8, so three blocks are rescaled (2x, 1x, 0.5x) for
+# mmdet's FPN. Use out_indices=(11, 17, 23) for a 24-block arch ('l').
+_base_ = ['mmdet::retinanet/retinanet_r50_fpn_1x_coco.py', './_base_/recipes/det_vit_b16.py']
 
-# ---- The backbone: the only lines to change for another ViT or checkpoint --------------------------
-# embed_dims is the arch's width: 'ti' 192, 's' 384, 'b' 768, 'l' 1024, 'h' 1280. The checkpoint may be
-# one of ours (mmpretrain classifier or MPP pre-training, keys 'backbone.*') or a converted official
-# one; its 224-px position embedding is resized to img_size on load and to each batch's padded shape
-# on the fly. Use out_indices=(11, 17, 23) for a 24-block arch ('l').
-embed_dims = 768
+embed_dims = _base_.embed_dims
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='vit_plugin.ViT',
-        arch='b',
-        patch_size=16,
-        img_size=(800, 1344),  # the largest padded batch of the 1x pipeline (1333x800, divisor 32)
-        out_type='featmap',
-        out_indices=(5, 8, 11),
-        drop_path_rate=0.1,
-        with_cp=False,  # True: activation checkpointing (see the README's benchmark table)
-        init_cfg=dict(type='Pretrained', checkpoint='checkpoints/vit-b16_in21k.pth', prefix='backbone.')),
-    # ----------------------------------------------------------------------------------------------------
-    # The paper's ViTs see inputs scaled to [-1, 1].
-    data_preprocessor=dict(mean=[127.5, 127.5, 127.5], std=[127.5, 127.5, 127.5]),
+    backbone=dict(_base_._vit_backbone, out_indices=(5, 8, 11)),
+    data_preprocessor=_base_._vit_data_preprocessor,
     neck=[
         dict(type='vit_plugin.SimpleFeaturePyramid', in_channels=embed_dims, out_channels=None,
              scale_factors=(2.0, 1.0, 0.5)),
@@ -34,14 +14,5 @@ model = dict(
         dict(type='FPN', in_channels=[embed_dims // 2, embed_dims, embed_dims], out_channels=256, start_level=0,
              add_extra_convs='on_input', num_outs=5),
     ])
-
-# AdamW with layer-wise lr decay (the blocks near the input change least) and no weight decay on
-# norms, biases, pos_embed and cls_token. For mixed precision on GPU use type='AmpOptimWrapper' (or
-# mmdet's `tools/train.py --amp`); the dynamic loss scale it sets up works with this constructor.
-optim_wrapper = dict(
-    _delete_=True,
-    type='OptimWrapper',
-    constructor='vit_plugin.LayerDecayOptimWrapperConstructor',
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
-    paramwise_cfg=dict(layer_decay_rate=0.7),
-    clip_grad=dict(max_norm=1.0, norm_type=2))
+optim_wrapper = _base_._vit_optim_wrapper
+default_hooks = _base_._guard_hooks

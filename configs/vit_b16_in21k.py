@@ -8,4 +8,5 @@ _base_ = [
     '_base_/schedules/vit_pretrain_in21k.py',
     '_base_/default_runtime.py',
 ]
+model = dict(head=dict(num_classes={{_base_.num_classes}}))  # the class count of the dataset config
 train_dataloader = dict(batch_size=64)  # per device; fits a 16 GB GPU in fp32 at 224 px

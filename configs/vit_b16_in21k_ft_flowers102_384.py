@@ -5,8 +5,9 @@ _base_ = ['./vit_b16_in21k_ft_pets_384.py']
 
 dataset_type = 'vit_plugin.Flowers102'
 data_root = 'data/flowers102'
-data_preprocessor = dict(num_classes=102)
-model = dict(head=dict(num_classes=102))
-train_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root))
-val_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root))
+num_classes = 102
+data_preprocessor = dict(num_classes=num_classes)
+model = dict(head=dict(num_classes=num_classes))
+train_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root, num_classes=num_classes))
+val_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root, num_classes=num_classes))
 test_dataloader = val_dataloader

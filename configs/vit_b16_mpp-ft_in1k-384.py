@@ -17,5 +17,5 @@ model = dict(
         init_cfg=dict(type='Pretrained', prefix='backbone.',
                       checkpoint='work_dirs/vit_b16_mpp_in1k/iter_100000.pth'),
     ),
-    head=dict(num_classes=1000, hidden_dim=None),
+    head=dict(num_classes={{_base_.num_classes}}, hidden_dim=None),
 )

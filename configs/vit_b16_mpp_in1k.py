@@ -18,7 +18,7 @@ max_steps = 100_000
 warmup_steps = 10_000
 
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='vit_plugin.LoadImageFromFile'),  # mmcv's, with checked decoding (named errors, size limit)
     # Inception crop (8%-100% of the area, aspect ratio 3/4-4/3) and horizontal flip.
     dict(type='RandomResizedCrop', scale=224, backend='pillow', interpolation='bicubic'),
     dict(type='RandomFlip', prob=0.5, direction='horizontal'),

@@ -7,6 +7,7 @@ _base_ = [
     '_base_/schedules/demo.py',
     '_base_/default_runtime.py',
 ]
+model = dict(head=dict(num_classes={{_base_.num_classes}}))  # the class count of the dataset config
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(by_epoch=True, interval=5, max_keep_ckpts=2),

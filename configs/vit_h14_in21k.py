@@ -9,5 +9,6 @@ _base_ = [
     '_base_/schedules/vit_pretrain_in21k.py',
     '_base_/default_runtime.py',
 ]
+model = dict(head=dict(num_classes={{_base_.num_classes}}))  # the class count of the dataset config
 # Per device. Train with --fsdp (parameters, gradients and optimizer state sharded across GPUs) and --amp.
 train_dataloader = dict(batch_size=16)

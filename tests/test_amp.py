@@ -10,7 +10,7 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
 from vit_plugin.engine.optimizers import use_mixed_precision
 
@@ -129,7 +129,7 @@ def test_fp16_off_gpu_is_refused_with_the_fix():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU choice of --amp')
 def test_train_amp_flag_on_cpu(tmp_path):
-    tool = load_tool('train.py')
+    from vit_plugin.apis import train as tool
     cfg_file = osp.join(REPO, 'configs', 'vit_demo_digits.py')
     for flag in (['--amp', 'bf16'], ['--amp']):
         cfg = Config.fromfile(cfg_file)

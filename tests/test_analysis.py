@@ -1,4 +1,5 @@
 """Analysis of the paper's Figures 6-7 and the model summary: the quantities, the figures, the tools."""
+import importlib
 import math
 import os.path as osp
 
@@ -7,7 +8,6 @@ import pytest
 import torch
 
 import vit_plugin  # noqa: F401
-from helpers.common import load_tool
 from vit_plugin.analysis import (attention_rollout, mean_attention_distance, patch_embedding_components,
                                  pos_embed_similarity, rollout_to_map, summary_rows, vit_flops, vit_param_count)
 from vit_plugin.analysis.complexity import measure_model
@@ -153,7 +153,7 @@ def _assert_png(path):
 def test_tool_writes_png_and_refuses_a_wrong_checkpoint(name, tiny, capsys):
     from vit_plugin.analysis.cli import run
 
-    tool = load_tool('analysis', name)
+    tool = importlib.import_module(f'vit_plugin.apis.analysis.{name[:-3]}')
     out = str(tiny['tmp'] / name.replace('.py', '.png'))
     assert run(tool.main, [tiny['config'], tiny['ckpt'], '--out', out] + _argv(TOOLS[name], tiny)) == 0
     _assert_png(out)
@@ -166,7 +166,7 @@ def test_tool_writes_png_and_refuses_a_wrong_checkpoint(name, tiny, capsys):
 def test_model_summary_tool_adds_the_config_row(tiny, capsys):
     from vit_plugin.analysis.cli import run
 
-    tool = load_tool('analysis', 'model_summary.py')
+    from vit_plugin.apis.analysis import model_summary as tool
     out = str(tiny['tmp'] / 'summary.png')
     assert run(tool.main, ['--config', tiny['config'], '--checkpoint', tiny['ckpt'], '--out', out]) == 0
     _assert_png(out)
@@ -178,7 +178,7 @@ def test_model_summary_tool_adds_the_config_row(tiny, capsys):
 
 
 def test_make_figures_uses_the_config_dataset(tiny):
-    tool = load_tool('analysis', 'make_figures.py')
+    from vit_plugin.apis.analysis import make_figures as tool
     out_dir = tiny['tmp'] / 'gallery'
     written = tool.main([tiny['config'], tiny['ckpt'], '--out-dir', str(out_dir), '--num-images', '6',
                          '--rollout-images', '3'])
@@ -198,6 +198,8 @@ def test_tools_refuse_a_model_without_vit(tiny, tmp_path, capsys):
     cfg.write_text("default_scope = 'mmpretrain'\n"
                    "model = dict(type='ImageClassifier', backbone=dict(type='ResNet', depth=18),\n"
                    "             head=dict(type='LinearClsHead', num_classes=10, in_channels=512))\n")
-    assert run(load_tool('analysis', 'pos_embed_similarity.py').main, [str(cfg), tiny['ckpt']]) == 2
+    from vit_plugin.apis.analysis import pos_embed_similarity
+
+    assert run(pos_embed_similarity.main, [str(cfg), tiny['ckpt']]) == 2
     assert 'contains no vit_plugin.ViT backbone' in capsys.readouterr().err
 

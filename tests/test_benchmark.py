@@ -4,12 +4,12 @@ import json
 import pytest
 import torch
 
-from helpers.common import load_tool
+from vit_plugin.apis.analysis import benchmark
 
 
 @pytest.fixture(scope='module')
 def bench():
-    return load_tool('analysis', 'benchmark.py')
+    return benchmark
 
 
 def counted_flops(img_size, num_classes, train=False, batch=2):

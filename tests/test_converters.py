@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from _official_npz import official_arrays, save_npz
-from helpers.common import load_tool
 from vit_plugin.checkpoint.layout import GELU_KEY, NORM_KEY
 from vit_plugin.converters import (ConversionError, convert_jax_vit, finetune_transfer, load_official_npz,
                                    mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm)
@@ -140,6 +139,31 @@ def test_timm_extras_are_reported_not_dropped():
     report.check(allow_unknown=True)
 
 
+def test_timm_dinov2_blocks_convert_with_equal_outputs():
+    """timm's DINOv2 layout (layer scale ``ls1/ls2.gamma``; for the giant model a packed SwiGLU MLP) has our
+    names: timm's ``vit_giant_patch14_dinov2`` blocks, at depth 2 and random weights, give our outputs."""
+    from timm.layers import SwiGLUPacked
+    from timm.models.vision_transformer import VisionTransformer
+    torch.manual_seed(0)
+    ref = VisionTransformer(img_size=28, patch_size=14, embed_dim=96, depth=2, num_heads=4, mlp_ratio=2.66667 * 2,
+                            init_values=1e-5, mlp_layer=SwiGLUPacked, act_layer=torch.nn.SiLU, num_classes=0).eval()
+    with torch.no_grad():
+        for name, p in ref.named_parameters():  # layer scale at 1e-5 would hide a wrong MLP
+            p.copy_(1 + 0.2 * torch.randn_like(p) if name.endswith('gamma') else p + 0.05 * torch.randn_like(p))
+    state, report = timm_to_vit(ref.state_dict(), backbone_prefix='')
+    report.check()
+    # mlp_dims 384 gives SwiGLU halves of 256, timm's 96 * 5.33334 / 2
+    ours = ViT(arch=dict(embed_dims=96, num_layers=2, num_heads=4, mlp_dims=384), img_size=28, patch_size=14,
+               layer_scale_init_value=1e-5, layer_cfgs=dict(ffn_type='swiglu_fused')).eval()
+    ours.load_state_dict(state, strict=True)
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], ref(x), atol=1e-5, rtol=0)
+    back, report = vit_to_timm(state, backbone_prefix='')
+    report.check()
+    assert back.keys() == ref.state_dict().keys()
+
+
 def test_mmpretrain_round_trip_is_lossless():
     torch.manual_seed(0)
     ours = ViT(arch=TINY, img_size=32, patch_size=8).state_dict()
@@ -200,7 +224,8 @@ def test_finetune_transfer_zero_head_and_pre_logits():
 
 # ----------------------------------------------------------------------------- the command-line tool
 def _tool():
-    return load_tool('convert_checkpoint.py').main
+    from vit_plugin.apis.convert_checkpoint import main
+    return main
 
 
 def test_tool_converts_for_finetuning_and_loads_with_init_cfg(tmp_path, capsys):

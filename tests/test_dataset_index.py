@@ -13,9 +13,9 @@ from mmpretrain.datasets import CustomDataset as MMPretrainCustomDataset
 from mmpretrain.datasets import ImageNet21k as MMPretrainImageNet21k
 from torch.utils.data import DataLoader
 
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 from vit_plugin.datasets import compact_index
-from vit_plugin.datasets.checked import ImageNet21k
+from vit_plugin.datasets.checked import ImageNet, ImageNet21k, NoSamplesError
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, parse_list_file
 
 # Lines mmpretrain accepts, with its corner cases: spaces inside a path (the label follows the *last*
@@ -107,7 +107,61 @@ def test_parser_chunks_and_arrays(tmp_path):
             np.testing.assert_array_equal(a, b)
     empty = tmp_path / 'empty.txt'
     empty.write_bytes(b'')
-    assert [len(a) for a in parse_list_file(str(empty))] == [0, 1, 0]
+    with pytest.raises(ListFileError, match=re.escape(str(empty)) + ': the list file is empty'):
+        parse_list_file(str(empty))
+
+
+@pytest.mark.parametrize('cls', [ImageNet21k, ImageNet])
+def test_empty_list_or_no_selected_sample_stops_at_build(tmp_path, cls):
+    root = make_root(tmp_path, '')
+    ann = osp.join(root, 'meta', 'train.txt')
+    with pytest.raises(ValueError, match=re.escape(ann) + r'(: the list file is empty| gives no samples)'):
+        build(root, cls)
+    (tmp_path / 'meta' / 'train.txt').write_text('a/b.JPEG 0\nc/d.JPEG 1\n')
+    with pytest.raises(NoSamplesError, match=re.escape(ann) + r' gives no samples \(after indices=0\)'):
+        build(root, cls, indices=0)
+    ds = build(root, cls, lazy_init=True)  # lazily: at the first use, still before any batch
+    assert len(ds) == 2
+
+
+def test_label_outside_num_classes_names_file_line_and_value(tmp_path):
+    lines = ''.join(f'n{i % 5:02d}/{i}.JPEG {i % 5}\n' for i in range(1000))
+    lines = lines.replace('n03/703.JPEG 3\n', 'n03/703.JPEG 7\n').replace('n01/861.JPEG 1\n', 'n01/861.JPEG 5\n')
+    root = make_root(tmp_path, lines)
+    ann = osp.join(root, 'meta', 'train.txt')
+    with pytest.raises(ListFileError) as err:
+        build(root, num_classes=5)
+    message = str(err.value)
+    assert message.startswith(f'{ann}, line 704: label 7 is outside [0, 5)')
+    assert '2 of 1,000 lines are outside, the largest label is 7' in message and 'num_classes' in message
+    assert len(build(root, num_classes=8)) == 1000  # and the cache it wrote is checked again, per run:
+    assert osp.isfile(ann + '.index')
+    with pytest.raises(ListFileError, match=r'line 704: label 7 is outside \[0, 6\)'):
+        build(root, num_classes=6)
+    with pytest.raises(ValueError, match='num_classes must be a positive int'):
+        build(root, num_classes=0)
+
+
+def test_label_check_in_other_layouts_names_the_sample(tmp_path):
+    from PIL import Image
+    for cls_name in ('n01', 'n02', 'n03'):
+        os.makedirs(tmp_path / 'train' / cls_name)
+        Image.new('RGB', (8, 8)).save(tmp_path / 'train' / cls_name / '0.JPEG')
+    folder = ImageNet21k(data_root=str(tmp_path), data_prefix='train', pipeline=[], num_classes=3)
+    assert [r[1] for r in records(folder)] == [0, 1, 2]
+    with pytest.raises(ListFileError, match=r'sample 2 \(.*n03/0\.JPEG\) of .*train has label 2, outside \[0, 2\)'):
+        ImageNet21k(data_root=str(tmp_path), data_prefix='train', pipeline=[], num_classes=2)
+
+
+def test_num_classes_reaches_the_dataset_from_one_config_value():
+    # The dataset base defines num_classes once; the dataset, the data preprocessor and (in the model
+    # configs) the head take it from there.
+    for config in ('vit_b16_in21k.py', 'vit_l16_in21k.py', 'vit_b16_in21k_ft_in1k_384.py',
+                   'vit_b16_in21k_ft_pets_384.py', 'vit_demo_digits.py'):
+        cfg = Config.fromfile(osp.join(REPO, 'configs', config))
+        values = {cfg.num_classes, cfg.data_preprocessor.num_classes, cfg.model.head.num_classes,
+                  cfg.train_dataloader.dataset.num_classes}
+        assert len(values) == 1, (config, values)
 
 
 @pytest.mark.parametrize('line,reason,mmpretrain_fails', [
@@ -258,7 +312,7 @@ def test_folder_layout_still_scans_the_folder(tmp_path):
 
 # ----------------------------------------------------------------------------- benchmark tool
 def test_synthetic_list_file_looks_like_imagenet21k(tmp_path):
-    bench = load_tool('analysis', 'benchmark_dataset_index.py')
+    from vit_plugin.apis.analysis import benchmark_dataset_index as bench
     counts = bench.class_counts(bench.IN21K_IMAGES, bench.IN21K_CLASSES)
     assert counts.sum() == 14_197_122 and len(counts) == 21_841 and counts.min() >= 1
     assert 400 < np.median(counts) < 700 and counts.max() > 3 * np.median(counts)  # long-tailed
@@ -281,7 +335,7 @@ def test_synthetic_list_file_looks_like_imagenet21k(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_compares_both_parsers_and_writes_json(tmp_path):
-    bench = load_tool('analysis', 'benchmark_dataset_index.py')
+    from vit_plugin.apis.analysis import benchmark_dataset_index as bench
     out = tmp_path / 'index.json'
     result = bench.main(['--data-dir', str(tmp_path / 'data'), '--num-lines', '3000', '--num-classes', '100',
                          '--probe-lines', '1000', '--baseline-max-gib', '1e-9', '--workers', '2',

@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
 
-from helpers.common import load_tool
 from helpers.loss_recorder import LossRecorderHook
+from vit_plugin.apis.infer import main as infer_main
 from vit_plugin.models.backbones.vit import ViT
 from vit_plugin.models.layers import window_attention_mask
 
@@ -409,8 +409,8 @@ def _infer_draws_the_shapes(runner, tmp_path):
     images = coco['images'][:3]
     paths = [osp.join(data_root, runner.cfg.val_dataloader.dataset.data_prefix['img'], im['file_name'])
              for im in images]
-    results = load_tool('infer.py').main([str(config), str(tmp_path / 'shapes.pth'), *paths, '--out-dir',
-                                          str(tmp_path / 'vis'), '--score-thr', '0.5', '--batch-size', '2'])
+    results = infer_main([str(config), str(tmp_path / 'shapes.pth'), *paths, '--out-dir',
+                          str(tmp_path / 'vis'), '--score-thr', '0.5', '--batch-size', '2'])
     found = 0
     for image, path, result in zip(images, paths, results):
         drawn = mmcv.imread(result['drawn'])

@@ -60,3 +60,42 @@ def test_cuda_defaults_on_a_config_and_the_tf32_switch():
     finally:
         set_tf32(False)  # the process's state as torch starts it
         torch.backends.cudnn.allow_tf32 = True
+
+
+# ---- through tools/train.py's command line (vit_plugin.apis.train) ------------------------------------
+
+def _merged(*flags, config='vit_demo_digits.py'):
+    from vit_plugin.apis import train
+    cfg_file = osp.join(REPO, 'configs', config)
+    return train.merge_args(Config.fromfile(cfg_file), train.parse_args([cfg_file, *flags, '--work-dir', '/tmp/x']))
+
+
+def test_compile_flag_uses_mmengines_compile_option():
+    assert _merged('--compile').compile is True
+    assert _merged('--compile', '--cfg-options', 'compile.mode=max-autotune').compile == dict(mode='max-autotune')
+    assert 'compile' not in _merged()
+
+
+def test_no_tf32_and_no_pin_memory_flags(monkeypatch):
+    import vit_plugin.apis.launch as launch
+    monkeypatch.setattr(launch, 'training_device', lambda launcher: 'cuda')  # as on a GPU host
+    try:
+        cfg = _merged()
+        assert cfg.env_cfg.get('tf32', True) and torch.get_float32_matmul_precision() == 'high'
+        assert cfg.train_dataloader.pin_memory is True and cfg.optim_wrapper.optimizer.fused is True
+        cfg = _merged('--no-tf32', '--no-pin-memory')
+        assert cfg.env_cfg.tf32 is False and torch.get_float32_matmul_precision() == 'highest'
+        assert cfg.train_dataloader.pin_memory is False
+    finally:
+        set_tf32(False)
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def test_more_processes_than_gpus_is_refused_with_the_way_out(monkeypatch):
+    import vit_plugin.apis.launch as launch
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')
+    with pytest.raises(SystemExit, match='2 processes on this node but 1 visible GPU.*CUDA_VISIBLE_DEVICES='):
+        launch.check_processes_per_gpu('pytorch')
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '1')
+    launch.check_processes_per_gpu('pytorch')

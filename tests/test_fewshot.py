@@ -13,7 +13,7 @@ from mmengine.structures import BaseDataElement
 from torch.utils.data import Dataset
 
 import vit_plugin  # noqa: F401  (registers the vit_plugin scope)
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 from vit_plugin.evaluation import (FewShotLinearMetric, RidgeSolver, fewshot_linear_eval, run_fewshot_eval,
                                    sample_k_shot, select_l2, signed_one_hot)
 
@@ -265,7 +265,7 @@ def _pre_logits_of_split(model, root, split):
 
 
 def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
-    tool = load_tool('fewshot_eval.py')
+    from vit_plugin.apis import fewshot_eval as tool
     tmp, options, ckpt, model = demo_setup
     out = tmp / 'fewshot.json'
     argv = [osp.join(REPO, 'configs', 'vit_demo_digits.py'), ckpt, '--shots', '1', '5', '--num-workers', '0',
@@ -290,7 +290,7 @@ def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
 def test_fewshot_tool_refuses_a_checkpoint_of_another_model(demo_setup, tmp_path, capsys):
     from vit_plugin.analysis.cli import run
     from vit_plugin.models.backbones.vit import ViT
-    tool = load_tool('fewshot_eval.py')
+    from vit_plugin.apis import fewshot_eval as tool
     _, options, _, _ = demo_setup
     other = ViT(arch=dict(embed_dims=48, num_layers=2, num_heads=2, mlp_dims=64), img_size=32, patch_size=4)
     bad = tmp_path / 'other.pth'

@@ -16,7 +16,7 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
 
 from _official_npz import official_arrays, save_npz
-from helpers.common import REPO, load_tool
+from helpers.common import REPO
 from vit_plugin.checkpoint.layout import NORM_KEY
 from vit_plugin.converters.files import convert_checkpoint_file
 from vit_plugin.models import check_input_normalization
@@ -98,7 +98,8 @@ def test_official_weights_warn_under_imagenet_normalisation_only(official_checkp
     assert len(check_input_normalization(fresh, warn=False)) == 1
 
     # the runner hook that tools/train.py and tools/test.py add logs it once per run
-    train = load_tool('train.py')
+    from vit_plugin.apis import train
+
     args = train.parse_args([osp.join(REPO, 'configs', 'vit_demo_digits.py')])
     cfg = train.merge_args(Config.fromfile(args.config), args)
     assert cfg.default_hooks.input_norm_check == dict(type='vit_plugin.InputNormCheckHook')
@@ -163,7 +164,7 @@ val_dataloader = test_dataloader
 
 def test_onnx_export_matches_onnx_runtime_at_two_batch_sizes(tmp_path, digits_root):
     config, ckpt = _tiny_demo_checkpoint(tmp_path, digits_root)
-    export = load_tool('deployment', 'export_onnx.py').main
+    from vit_plugin.apis.export_onnx import main as export
     out = tmp_path / 'tiny.onnx'
     result = export([config, ckpt, '--out', str(out), '--torch-export', str(tmp_path / 'tiny.pt2'),
                      '--benchmark', '2', '--batch', '2', '--threads', '1'])
@@ -202,6 +203,36 @@ def test_onnx_export_matches_onnx_runtime_at_two_batch_sizes(tmp_path, digits_ro
     assert not bad.exists() and not [p for p in os.listdir(tmp_path) if p.endswith('.part')]
 
 
+def test_test_tool_reports_the_models_own_top1_on_the_test_split(tmp_path, digits_root):
+    """tools/test.py (vit_plugin.apis.test): the top-1 it prints and writes with --out is the accuracy of
+    the checkpoint's predictions on the config's test split, counted here image by image."""
+    config, ckpt = _tiny_demo_checkpoint(tmp_path, digits_root)
+    from mmengine.dataset import pseudo_collate
+    from mmpretrain.apis import get_model
+    from mmpretrain.registry import DATASETS
+
+    from vit_plugin.apis.test import main as test_main
+    out = tmp_path / 'metrics.json'
+    metrics = test_main([config, ckpt, '--work-dir', str(tmp_path / 'work'), '--out', str(out)])
+    assert json.loads(out.read_text()) == {'accuracy/top1': pytest.approx(metrics['accuracy/top1'])}
+
+    cfg = Config.fromfile(config)
+    model = get_model(cfg, pretrained=ckpt, device='cpu').eval()
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        dataset = DATASETS.build(cfg.test_dataloader.dataset)
+    right = 0
+    with torch.no_grad():
+        for start in range(0, len(dataset), 64):
+            batch = pseudo_collate([dataset[i] for i in range(start, min(start + 64, len(dataset)))])
+            for sample in model.test_step(batch):
+                right += int(sample.pred_label.item() == sample.gt_label.item())
+    assert len(dataset) == 359 and 0 < right < len(dataset)
+    assert metrics['accuracy/top1'] == pytest.approx(100 * right / len(dataset), abs=1e-4)
+
+    with pytest.raises(SystemExit):  # evaluation has no XLA path: the launcher is refused up front
+        test_main([config, ckpt, '--launcher', 'xla'])
+
+
 @pytest.mark.slow
 def test_infer_names_the_digits_of_a_trained_classifier(tmp_path, digits_root):
     """tools/infer.py on a demo classifier trained for 20 epochs: the top-1 names of held-out test digits
@@ -233,7 +264,7 @@ default_hooks = dict(checkpoint=dict(interval={epochs}))
     test_root = osp.join(digits_root, 'test')
     images = [osp.join(test_root, str(c), name) for c in range(10)
               for name in sorted(os.listdir(osp.join(test_root, str(c))))[:4]]
-    infer = load_tool('infer.py').main
+    from vit_plugin.apis.infer import main as infer
     out = tmp_path / 'pred.json'
     results = infer([str(cfg), ckpt, *images, '--topk', '3', '--batch-size', '16', '--out', str(out)])
     assert [r['image'] for r in results] == images and json.loads(out.read_text()) == results

@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 
-from helpers.common import REPO, free_port, load_tool, read_losses
+from helpers.common import REPO, free_port, read_losses
 from test_preemption import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, run_env, signal_when,
                              train_cmd)
-from vit_plugin.engine.checkpointing import checkpoint_problem
-from vit_plugin.engine.fsdp2 import COMPLETE_MARKER
+from vit_plugin.apis.consolidate_checkpoint import main as consolidate
+from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem
 
 ATOL = 1e-5
 
@@ -115,7 +115,7 @@ def test_fsdp2_two_processes_match_one_process_and_resume(tmp_path, digits_root)
 
     # The consolidated final checkpoint is an ordinary file that loads into a plain model and gives the
     # plain run's outputs.
-    out = load_tool('consolidate_checkpoint.py').main([str(work / f'iter_{MAX_ITERS}.pth')])
+    out = consolidate([str(work / f'iter_{MAX_ITERS}.pth')])
     assert out == str(work / f'iter_{MAX_ITERS}_consolidated.pth')
     consolidated = torch.load(out, map_location='cpu', weights_only=True)
     ours = torch.load(plain / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)['state_dict']
@@ -134,7 +134,8 @@ def test_fsdp2_two_processes_match_one_process_and_resume(tmp_path, digits_root)
 def test_fsdp_flag_selects_fsdp2_and_shards_ema():
     from mmengine.config import Config
 
-    train = load_tool('train.py')
+    from vit_plugin.apis import train
+
     args = train.parse_args([osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--fsdp', '--work-dir', '/nonexistent'])
     cfg = train.merge_args(Config.fromfile(args.config), args)
     assert cfg.runner_type == 'FlexibleRunner' and cfg.strategy == dict(type='vit_plugin.FSDP2Strategy')
@@ -169,7 +170,6 @@ def test_ema_under_fsdp2_matches_the_plain_run_and_resumes_its_average(tmp_path,
     assert sorted(read_losses(resumed, 0)) == list(range(INTERVAL, MAX_ITERS))
 
     reference = torch.load(plain / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)
-    consolidate = load_tool('consolidate_checkpoint.py').main
     for work in (sharded, resumed):
         ours = torch.load(consolidate([str(work / f'iter_{MAX_ITERS}.pth')]), map_location='cpu', weights_only=True)
         # mmengine's layout: state_dict holds the average, ema_state_dict the trained weights

@@ -1,18 +1,19 @@
 """``make gpu-report`` (tools/analysis/gpu_report.py): its CPU smoke subset runs here and writes both
 report files with every section; on a host without CUDA the report says so."""
 import json
+import os.path as osp
 
 import torch
 
-from helpers.common import load_tool
+from helpers.common import REPO
+from vit_plugin.apis.analysis import gpu_report
 
 
 def test_smoke_subset_writes_the_report(tmp_path):
-    tool = load_tool('analysis', 'gpu_report.py')
     out = tmp_path / 'gpu_report'
     threads = torch.get_num_threads()
     try:
-        report = tool.main(['--smoke', '--out-dir', str(out), '--tests', 'tests/test_cuda.py'])
+        report = gpu_report.main(['--smoke', '--out-dir', str(out), '--tests', osp.join(REPO, 'tests', 'test_cuda.py')])
     finally:
         torch.set_num_threads(threads)
     saved = json.loads((out / 'report.json').read_text())

@@ -13,7 +13,8 @@ from scipy import ndimage  # noqa: E402
 
 import vit_plugin  # noqa: E402,F401  (what custom_imports=['vit_plugin'] does in a config)
 from _official_npz import official_arrays, save_npz  # noqa: E402
-from helpers.common import REPO, load_tool  # noqa: E402
+from helpers.common import REPO  # noqa: E402
+from vit_plugin.apis.convert_checkpoint import main as convert_main  # noqa: E402
 from vit_plugin.engine.hooks import pos_embed_hooks  # noqa: E402
 from vit_plugin.models import load_adapt  # noqa: E402
 from vit_plugin.models.pos_embed import resize_pos_embed  # noqa: E402
@@ -169,7 +170,7 @@ def official_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp('official')
     arrays = official_arrays(pre_logits=24, classes=7)
     npz = save_npz(folder / 'ViT-B_16.npz', arrays)
-    assert load_tool('convert_checkpoint.py').main([npz, str(folder / 'ViT-B_16.pth')]) == 0
+    assert convert_main([npz, str(folder / 'ViT-B_16.pth')]) == 0
     return arrays, {'npz': npz, 'converted': str(folder / 'ViT-B_16.pth')}
 
 

@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from vit_plugin.analysis.cli import run
+from vit_plugin.analysis.loading import load_config
 from vit_plugin.analysis.memory import (BlockShape, Precision, block_activation_bytes, estimate, largest_batch,
                                         model_shape, parse_size)
-from vit_plugin.analysis.loading import load_config
+from vit_plugin.apis.analysis import memory as memory_tool
 from vit_plugin.models.layers import EncoderBlock
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -103,17 +105,13 @@ def _built(cfg):
 
 
 def test_cli_prints_the_table(capsys):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('memory_tool', osp.join(REPO, 'tools', 'analysis', 'memory.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    assert tool.run(tool.main, [osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--batch', '16',
-                                '--gpu-mem', '16GiB', '--with-cp', '--bf16']) == 0
+    assert run(memory_tool.main, [osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--batch', '16',
+                                  '--gpu-mem', '16GiB', '--with-cp', '--bf16']) == 0
     out = capsys.readouterr().out
     for needle in ('bf16 autocast', 'activation checkpointing on', 'optimizer state (AdamW)',
                    'activations, batch 16', 'largest batch per device within 16GiB'):
         assert needle in out, out
-    assert tool.run(tool.main, [osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--gpu-mem', 'lots']) == 2
+    assert run(memory_tool.main, [osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--gpu-mem', 'lots']) == 2
     assert 'cannot read memory size' in capsys.readouterr().err
 
 

@@ -46,9 +46,7 @@ def _tiny_vit(state=None):
 
 
 def _study():
-    if PROJECT not in sys.path:
-        sys.path.insert(0, PROJECT)
-    import study
+    from projects.masked_patch_prediction import study
     return study
 
 

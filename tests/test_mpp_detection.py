@@ -2,7 +2,6 @@
 detector's own backbone, the hand-off of its checkpoint to the detector, the ResNet-18 baseline and
 projects/mpp_detection/run_chain.py end to end on a toy budget."""
 import glob
-import importlib.util
 import json
 import math
 import os.path as osp
@@ -205,11 +204,8 @@ def test_r18_baseline_differs_from_the_vit_detector_in_backbone_neck_and_optimiz
 
 # ---------------------------------------------------------------------------------------------- the chain
 def _run_chain():
-    path = osp.join(ROOT, 'projects', 'mpp_detection', 'run_chain.py')
-    spec = importlib.util.spec_from_file_location('run_chain', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from projects.mpp_detection import run_chain
+    return run_chain
 
 
 def _strings(obj):

@@ -414,9 +414,7 @@ def test_xla_guard_selects_the_old_state_on_the_device():
 def test_xla_run_skips_lazily_and_stops_at_the_logging_interval(tmp_path):
     # NaN at iteration 2 (skipped), then at 7, 8, 9: the streak reaches 3 at iteration 9, which
     # the host learns when the losses of iterations 7-9 arrive (logger interval 3).
-    sys.path.insert(0, osp.join(REPO, 'tests', 'helpers'))
-    sys.path.insert(0, osp.join(REPO, 'tests'))
-    import nan_injection  # noqa: F401  (registers the hooks)
+    from helpers import nan_injection  # noqa: F401  (registers the hooks)
     from test_xla import run_xla, toy_cfg
 
     from vit_plugin.engine.hooks import NonFiniteTrainingError

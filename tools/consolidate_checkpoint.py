@@ -1,39 +1,9 @@
 """Turn a sharded checkpoint (the ``iter_N.pth/`` directories of ``tools/train.py --fsdp``) into one
-ordinary checkpoint file, for ``tools/test.py``, fine-tuning (``load_from`` / ``init_cfg``) and
-``tools/convert_checkpoint.py``.
 
-    python tools/consolidate_checkpoint.py work_dirs/RUN/iter_N.pth [OUT.pth]
-
-OUT defaults to ``<RUN>/iter_N_consolidated.pth``. One process and no GPU are needed. The optimizer
-state is not included: continue a run with ``--resume`` from the sharded directory itself.
+``python tools/consolidate_checkpoint.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.consolidate_checkpoint`.
 """
-import argparse
-import os.path as osp
-import sys
-
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description='Consolidate a sharded (FSDP2/DCP) checkpoint into one file.')
-    parser.add_argument('src', help='sharded checkpoint directory (e.g. work_dirs/RUN/iter_N.pth)')
-    parser.add_argument('dst', nargs='?', help='output file (default: <src without .pth>_consolidated.pth)')
-    args = parser.parse_args(argv)
-    from vit_plugin.engine.fsdp2 import consolidate_sharded_checkpoint
-
-    src = osp.normpath(args.src)
-    dst = args.dst or (src[:-4] if src.endswith('.pth') else src) + '_consolidated.pth'
-    try:
-        checkpoint = consolidate_sharded_checkpoint(src, dst)
-    except ValueError as err:
-        raise SystemExit(f'ERROR: {err}') from None
-    count = sum(t.numel() for t in checkpoint['state_dict'].values())
-    print(f'{dst}: {len(checkpoint["state_dict"])} tensors, {count:,} values '
-          f'(iteration {checkpoint["meta"].get("iter")})')
-    return dst
-
+from vit_plugin.apis.consolidate_checkpoint import main
 
 if __name__ == '__main__':
     main()

@@ -1,98 +1,12 @@
 #!/usr/bin/env python
 """Convert a ViT checkpoint (official JAX .npz, timm, mmpretrain) into a vit_plugin .pth (or export
-ours to timm/mmpretrain).
 
-Examples::
-
-    # official ImageNet-21k file -> whole classifier (backbone.*, head.layers.*), loads with load_from
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-in21k.pth --arch b
-    # ... ready to fine-tune on 10 classes at 384 px: head dropped (and pre_logits), zero new head,
-    # position embedding resized 14x14 -> 24x24 with the official (scipy zoom) interpolation
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-ft10.pth --num-classes 10 --img-size 384
-    # timm weights -> ours, and ours -> timm
-    python tools/convert_checkpoint.py timm_vit.pth ours.pth --src-format timm
-    python tools/convert_checkpoint.py ours.pth timm_vit.pth --dst-format timm
-    # the encoder of an mmpretrain MAE / MaskFeat training checkpoint (decoder, mask token, HOG dropped)
-    python tools/convert_checkpoint.py work_dirs/mae/iter_800.pth mae-encoder.pth --src-format mmpretrain_mim
-
-It prints what it loaded, resized and dropped, and a backbone config for the weights. Unknown or
-missing keys are errors unless --allow-unknown / --allow-missing; DST is written atomically (no
-partial file on any failure).
+``python tools/convert_checkpoint.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.convert_checkpoint`.
 """
-import argparse
-import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-from vit_plugin.checkpoint import CheckpointError  # noqa: E402
-from vit_plugin.converters import ConversionError  # noqa: E402
-from vit_plugin.converters.files import DST_FORMATS, SRC_FORMATS, convert_checkpoint_file  # noqa: E402
-from vit_plugin.models.pos_embed import RESIZE_MODES  # noqa: E402
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('src', help='source checkpoint (.npz: official JAX; .pth/.pt/.bin: PyTorch)')
-    parser.add_argument('dst', help='output .pth (written atomically)')
-    parser.add_argument('--src-format', default='auto', choices=SRC_FORMATS,
-                        help='source layout (mmpretrain_mim: an MAE/MaskFeat training checkpoint); auto: .npz -> '
-                             'jax, otherwise detected from the key names')
-    parser.add_argument('--dst-format', default='vit_plugin', choices=DST_FORMATS,
-                        help='output layout (default: ours, backbone.* + head.layers.*)')
-    parser.add_argument('--arch', help='fail unless the weights are of this ViT arch (ti, s, b, l, h, ...)')
-    parser.add_argument('--backbone-only', action='store_true',
-                        help='write bare backbone keys (for init_cfg without prefix); the head is dropped')
-    parser.add_argument('--num-classes', type=int,
-                        help='fine-tuning transfer: drop the head (and pre_logits), add a zero head of this size')
-    parser.add_argument('--keep-pre-logits', action='store_true', help='with --num-classes: keep pre_logits')
-    parser.add_argument('--img-size', type=int, nargs='+', metavar='PX',
-                        help='resize the position embedding for this input size (H [W])')
-    parser.add_argument('--patch-size', type=int, nargs='+', metavar='P',
-                        help='resize the patch-embedding kernel to this patch size (FlexiViT pseudo-inverse); '
-                             'the grid follows (at --img-size, or the trained resolution)')
-    parser.add_argument('--pos-embed-grid', type=int, nargs=2, metavar=('ROWS', 'COLS'),
-                        help='grid of a non-square position embedding (cannot be inferred)')
-    parser.add_argument('--pos-embed-mode', choices=RESIZE_MODES,
-                        help='resize mode used now and recorded for later loads (default: the mode the '
-                             'source records, official for .npz sources; else official, the paper\'s resize)')
-    parser.add_argument('--allow-unknown', action='store_true', help='drop source keys that are not understood')
-    parser.add_argument('--allow-missing', action='store_true', help='accept sources that lack model weights')
-    parser.add_argument('--no-progress', action='store_true', help='no progress bar (shown for files over 64 MiB)')
-    return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    img_size = None
-    if args.img_size:
-        if len(args.img_size) > 2:
-            print('error: --img-size takes H or H W', file=sys.stderr)
-            return 2
-        img_size = tuple(args.img_size) if len(args.img_size) == 2 else args.img_size[0]
-    patch_size = None
-    if args.patch_size:
-        if len(args.patch_size) > 2:
-            print('error: --patch-size takes P or PH PW', file=sys.stderr)
-            return 2
-        patch_size = tuple(args.patch_size) if len(args.patch_size) == 2 else args.patch_size[0]
-    try:
-        report, meta = convert_checkpoint_file(
-            args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format, arch=args.arch,
-            backbone_only=args.backbone_only, num_classes=args.num_classes, keep_pre_logits=args.keep_pre_logits,
-            img_size=img_size, patch_size=patch_size, pos_embed_grid=args.pos_embed_grid, pos_embed_mode=args.pos_embed_mode,
-            allow_unknown=args.allow_unknown, allow_missing=args.allow_missing, show_progress=not args.no_progress)
-    except (ConversionError, CheckpointError, FileNotFoundError, ValueError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        print(f'nothing was written to {args.dst}', file=sys.stderr)
-        return 1
-    print(report.summary())
-    if 'model_cfg' in meta:
-        print(f'backbone config for these weights: {meta["model_cfg"]}')
-    print(f'wrote {args.dst}')
-    return 0
-
+from vit_plugin.apis.convert_checkpoint import main
 
 if __name__ == '__main__':
     sys.exit(main())

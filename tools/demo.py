@@ -14,11 +14,9 @@ import os.path as osp
 import sys
 import time
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
+from mmengine.config import Config, DictAction
 
-from mmengine.config import Config, DictAction  # noqa: E402
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 CONFIG = osp.join(REPO_ROOT, 'configs', 'vit_demo_digits.py')
 TARGET_TOP1 = 90.0  # the demo's promise (README "Measured results")

@@ -10,6 +10,10 @@ Another resolution: build the model for it (``img_size``) and load the checkpoin
 resizes the position embedding once, so the exported graph holds the table for that grid and no
 interpolation (``tools/deployment/export_onnx.py --img-size 384``).
 
+:func:`build_model` loads the checkpoint strictly (:func:`vit_plugin.checkpoint.load_checkpoint_strict`):
+a checkpoint whose head does not fit the config (trained for other classes) is refused with both
+shapes named, instead of exporting a random head; a backbone export loads the backbone only.
+
 :func:`export_onnx` writes the file atomically only after ONNX Runtime reproduces PyTorch's outputs
 on the same inputs (at two batch sizes) within ``atol``; a mismatch leaves no file behind.
 """
@@ -21,6 +25,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+
+from vit_plugin.checkpoint.fit import checkpoint_classes, load_checkpoint_strict
+from vit_plugin.models.input_norm import preprocessor_norm
 
 
 class ExportWrapper(nn.Module):
@@ -52,9 +59,37 @@ class ExportWrapper(nn.Module):
         return self.model(x, mode='tensor')
 
 
+def build_model(cfg, checkpoint: Optional[str], backbone_only: bool = False,
+                option: str = '--backbone-only') -> nn.Module:
+    """The model of the mmpretrain config ``cfg`` in eval mode on the CPU, with ``checkpoint`` loaded
+    strictly (class names from its meta in ``model._dataset_meta``, as mmpretrain's ``get_model``
+    keeps them), or the config's initialisation when ``checkpoint`` is None.
+
+    Args:
+        cfg (Config): The config.
+        checkpoint (str, optional): The weights.
+        backbone_only (bool): Load only the backbone's weights, on purpose (for a backbone export, or
+            a classifier whose head keeps its untrained weights). Defaults to False.
+        option (str): The caller's name for ``backbone_only``, for the error message.
+
+    Raises:
+        CheckpointMismatchError: The checkpoint does not fit the config's model.
+    """
+    from mmpretrain.apis import get_model
+
+    model = get_model(cfg, pretrained=False, device='cpu')
+    if checkpoint is None:
+        model.init_weights()
+    else:
+        loaded = load_checkpoint_strict(model, checkpoint, backbone_only, option)
+        classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
+        if classes:
+            model._dataset_meta = classes
+    return model.eval()
+
+
 def normalization_of(model: nn.Module) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
     """The (mean, std) the model's data preprocessor applies (identity when it does not normalise)."""
-    from vit_plugin.models.input_norm import preprocessor_norm
     norm = preprocessor_norm(model)
     return norm if norm is not None else ((0., 0., 0.), (1., 1., 1.))
 

@@ -28,6 +28,9 @@ default_hooks = dict(
     # Drops updates whose loss or gradient norm is NaN/inf before they touch the weights or the
     # optimizer state; stops the run after max_consecutive in a row (resume with --resume).
     nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10),
+    # Inert unless the training dataset is wrapped in vit_plugin.SkipBadSamples (the skip policy, off by
+    # default): then it logs every skipped file, reports the counts, stops past the limit.
+    bad_samples=dict(type='vit_plugin.SkipBadSamplesHook'),
 )
 
 env_cfg = dict(

@@ -1,5 +1,4 @@
 """Functions shared by several test modules."""
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -8,16 +7,6 @@ import sys
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 HELPERS = osp.join(REPO, 'tests', 'helpers')
-
-
-def load_tool(*parts):
-    """Import a script under ``tools/`` (e.g. ``load_tool('analysis', 'benchmark.py')``) as a module,
-    so that its ``main(argv)`` runs in the test's process."""
-    path = osp.join(REPO, 'tools', *parts)
-    spec = importlib.util.spec_from_file_location(f"tool_{'_'.join(parts)[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:

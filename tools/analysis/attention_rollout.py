@@ -1,37 +1,13 @@
 #!/usr/bin/env python
 """Attention rollout from the output token to the input, overlaid on images (paper Fig. 6).
 
-    python tools/analysis/attention_rollout.py CONFIG CHECKPOINT --num-images 8 --out rollout.png
-    python tools/analysis/attention_rollout.py CONFIG CHECKPOINT --images a.jpg b.jpg --out rollout.png
+``python tools/analysis/attention_rollout.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.analysis.attention_rollout`.
 """
-import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
-from vit_plugin.analysis.cli import base_parser, image_args, run  # noqa: E402
-
-
-def main(argv=None):
-    parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument('--out', default='attention_rollout.png', help='output PNG')
-    image_args(parser, num_images=8)
-    parser.add_argument('--head-fusion', default='mean', choices=('mean', 'max', 'min'),
-                        help='how heads are combined per layer (default: mean, as Abnar & Zuidema)')
-    parser.add_argument('--no-residual', action='store_true',
-                        help='do not account for the residual connections (raw attention products)')
-    args = parser.parse_args(argv)
-    from vit_plugin.analysis import load_images, load_model, rollout_figure
-
-    model, vit, cfg = load_model(args.config, args.checkpoint, args.device, args.cfg_options)
-    inputs, display = load_images(cfg, model, vit, args.num_images, args.images, args.split, args.device)
-    path = rollout_figure(vit, inputs, display, args.out, residual=not args.no_residual,
-                          head_fusion=args.head_fusion, max_images=len(inputs))
-    print(f'wrote {path}')
-    return path
-
+from vit_plugin.analysis.cli import run
+from vit_plugin.apis.analysis.attention_rollout import main
 
 if __name__ == '__main__':
     sys.exit(run(main))

@@ -25,10 +25,6 @@ import sys
 import tempfile
 import time
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
 VARIANTS = ('none', 'guard', 'preemption', 'both')
 
 

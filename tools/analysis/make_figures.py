@@ -1,55 +1,13 @@
 #!/usr/bin/env python
 """All analysis figures of one checkpoint into one directory (the gallery in docs/evaluation.md is made with it).
 
-    python tools/analysis/make_figures.py CONFIG CHECKPOINT --out-dir docs/figures
-
-Writes patch_filters.png, pos_embed_similarity.png, attention_distance.png (+ .json),
-attention_rollout.png and model_summary.png (+ .md, with a row for the config's model).
+``python tools/analysis/make_figures.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.analysis.make_figures`.
 """
-import json
-import os
-import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
-from vit_plugin.analysis.cli import base_parser, image_args, run  # noqa: E402
-
-
-def main(argv=None):
-    parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument('--out-dir', default='figures', help='output directory (default: figures)')
-    image_args(parser, num_images=128)
-    parser.add_argument('--rollout-images', type=int, default=8, help='images in the rollout figure (default: 8)')
-    args = parser.parse_args(argv)
-    from vit_plugin import analysis as A
-
-    model, vit, cfg = A.load_model(args.config, args.checkpoint, args.device, args.cfg_options)
-    os.makedirs(args.out_dir, exist_ok=True)
-    out = lambda name: osp.join(args.out_dir, name)  # noqa: E731
-    written = [A.pos_embed_figure(vit, out('pos_embed_similarity.png'))]
-    try:
-        written.append(A.filters_figure(vit, out('patch_filters.png')))
-    except A.WrongModelError as err:  # a hybrid has no pixel filters; the other figures still apply
-        print(f'skipped patch filters: {err}')
-    inputs, display = A.load_images(cfg, model, vit, args.num_images, args.images, args.split, args.device)
-    path, dist = A.attention_distance_figure(vit, inputs, out('attention_distance.png'))
-    with open(out('attention_distance.json'), 'w') as f:
-        json.dump(dict(num_images=len(inputs), image_size=list(inputs.shape[-2:]),
-                       mean_distance_px=[[round(float(v), 3) for v in layer] for layer in dist]), f, indent=1)
-    written.append(path)
-    written.append(A.rollout_figure(vit, inputs, display, out('attention_rollout.png'),
-                                    max_images=args.rollout_images))
-    rows = A.summary_rows() + [A.config_row(osp.splitext(osp.basename(args.config))[0], vit, model)]
-    written.append(A.summary_figure(out('model_summary.png'), rows)[0])
-    with open(out('model_summary.md'), 'w') as f:
-        f.write(A.format_markdown(rows) + '\n')
-    for path in written:
-        print(f'wrote {path}')
-    return written
-
+from vit_plugin.analysis.cli import run
+from vit_plugin.apis.analysis.make_figures import main
 
 if __name__ == '__main__':
     sys.exit(run(main))

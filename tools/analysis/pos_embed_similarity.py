@@ -1,29 +1,13 @@
 #!/usr/bin/env python
 """Position-embedding similarity of a ViT checkpoint: each patch's cosine similarity to all others (Fig. 7 centre).
 
-    python tools/analysis/pos_embed_similarity.py CONFIG CHECKPOINT --out pos_embed.png
+``python tools/analysis/pos_embed_similarity.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.analysis.pos_embed_similarity`.
 """
-import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-if REPO_ROOT not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
-from vit_plugin.analysis.cli import base_parser, run  # noqa: E402
-
-
-def main(argv=None):
-    parser = base_parser(__doc__.splitlines()[0])
-    parser.add_argument('--out', default='pos_embed_similarity.png', help='output PNG')
-    args = parser.parse_args(argv)
-    from vit_plugin.analysis import load_model, pos_embed_figure
-
-    _, vit, _ = load_model(args.config, args.checkpoint, args.device, args.cfg_options)
-    path = pos_embed_figure(vit, args.out)
-    print(f'wrote {path}')
-    return path
-
+from vit_plugin.analysis.cli import run
+from vit_plugin.apis.analysis.pos_embed_similarity import main
 
 if __name__ == '__main__':
     sys.exit(run(main))

@@ -1,9 +1,12 @@
-"""Shared command-line plumbing of ``tools/fewshot_eval.py`` and ``tools/analysis/*.py``."""
+"""Shared command-line plumbing of the analysis commands (:mod:`vit_plugin.apis.analysis`, run by
+``tools/analysis/*.py``) and of :mod:`vit_plugin.apis.fewshot_eval` (``tools/fewshot_eval.py``)."""
 import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
 from mmengine.config import DictAction
+
+from vit_plugin.checkpoint import CheckpointError
 
 
 def base_parser(description: str, with_model: bool = True) -> argparse.ArgumentParser:
@@ -29,8 +32,6 @@ def image_args(parser: argparse.ArgumentParser, num_images: int) -> None:
 
 def run(main: Callable[[Optional[Sequence[str]]], object], argv: Optional[Sequence[str]] = None) -> int:
     """Run a tool's ``main``; expected user errors end in one clear ``error:`` line and exit status 2."""
-    from vit_plugin.checkpoint import CheckpointError
-
     try:
         main(argv)
     except (ValueError, FileNotFoundError, KeyError, CheckpointError) as err:

@@ -1,7 +1,6 @@
 """Measurements of the training stack on this machine's accelerator, for ``tools/analysis/gpu_report.py``
 and the ``cuda`` tests: the environment, real training steps of a config's classifier (peak memory
-against the planner, the largest batch that fits), a detector's training and inference steps, and
-the input pipeline's rate per worker process.
+against the planner, the largest batch that fits), a detector's training and inference steps.
 
 Every function works on ``'cuda'`` and, smaller, on ``'cpu'`` (the report's smoke subset).
 """
@@ -12,12 +11,16 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from typing import Dict, Optional
 
 import numpy as np
 import torch
+
+from vit_plugin.analysis.devices import cuda_device_info
+from vit_plugin.analysis.loading import find_vit, load_config
+from vit_plugin.engine.device_defaults import optimizer_defaults
+from vit_plugin.engine.optimizers import use_mixed_precision
 
 #: Distributions whose versions the report lists (the first installed of each group).
 PACKAGES = [('torch', ), ('torchvision', ), ('mmengine', ), ('mmcv', 'mmcv-lite'), ('mmpretrain', ), ('mmdet', ),
@@ -48,7 +51,7 @@ def _nvidia_driver() -> Optional[str]:
 def mmcv_ops_origin() -> Dict[str, object]:
     """Where mmcv's compiled operators (``mmcv._ext``: NMS, RoIAlign...) come from in this process."""
     try:
-        from vit_plugin import ops
+        from vit_plugin import ops  # the torchvision provider of mmcv's operators, where installed
     except ImportError:  # a vit_plugin without its own provider: read the module mmcv imports
         try:
             ext = importlib.import_module('mmcv._ext')
@@ -62,8 +65,6 @@ def mmcv_ops_origin() -> Dict[str, object]:
 
 def environment() -> Dict[str, object]:
     """Host, GPU, driver, CUDA and package versions, and the origin of mmcv's operators."""
-    from vit_plugin.analysis.devices import cuda_device_info
-
     env = dict(python=platform.python_version(), platform=platform.platform(), cpus=os.cpu_count(),
                torch=torch.__version__, cuda_available=torch.cuda.is_available(),
                cuda=torch.version.cuda, hip=torch.version.hip,
@@ -107,9 +108,6 @@ class ClassifierTrainer:
         from mmengine.optim import build_optim_wrapper
         from mmengine.registry import MODELS
 
-        from vit_plugin.analysis.loading import find_vit, load_config
-        from vit_plugin.engine.device_defaults import optimizer_defaults
-        from vit_plugin.engine.optimizers import use_mixed_precision
 
         cfg = load_config(config, cfg_options or {})
         cfg.model.backbone.with_cp = with_cp
@@ -237,9 +235,6 @@ def detection_steps(config: str, device: str, *, img_size: int, batch: int = 1, 
     from mmengine.registry import init_default_scope
 
     from mmdet.registry import MODELS
-    from vit_plugin.analysis.loading import load_config
-    from vit_plugin.engine.device_defaults import optimizer_defaults
-    from vit_plugin.engine.optimizers import use_mixed_precision
 
     cfg = load_config(config, dict(cfg_options or {}))
     init_default_scope(cfg.get('default_scope', 'mmdet'))
@@ -285,37 +280,3 @@ def detection_steps(config: str, device: str, *, img_size: int, batch: int = 1, 
                 detections=int(len(pred)), outputs_device=str(pred.bboxes.device),
                 peak_mib=torch.cuda.max_memory_allocated() / 2**20 if device == 'cuda' else None,
                 img_size=img_size, batch=batch)
-
-
-# ------------------------------------------------------------------------------------------ input pipeline
-def pipeline_images_per_s(num_images: int = 64, repeats: int = 3, size: int = 224, timeout: int = 600,
-                          in_process: bool = False) -> Dict[str, object]:
-    """Images per second of the ImageNet-21k training pipeline (``LoadAndInceptionCrop``) in one
-    process on one core: ``tools/analysis/benchmark_pipeline.py --pipelines ours``, in a child process
-    (one thread, as in a data-loader worker) or, ``in_process``, in this one."""
-    import json
-    import tempfile
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'tools')
-    script = os.path.join(tools, 'analysis', 'benchmark_pipeline.py')
-    with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, 'pipeline.json')
-        args = ['--pipelines', 'ours', '--num-images', str(num_images), '--repeats', str(repeats), '--size', str(size),
-                '--out', out]
-        if in_process:
-            import importlib.util
-            spec = importlib.util.spec_from_file_location('benchmark_pipeline_tool', script)
-            tool = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(tool)
-            threads = torch.get_num_threads()
-            try:
-                tool.main(args)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=timeout,
-                                  env=dict(os.environ, OMP_NUM_THREADS='1'))
-            if proc.returncode != 0:
-                raise RuntimeError(f'{script} {" ".join(args)} failed:\n{proc.stderr[-2000:]}')
-        with open(out) as f:
-            result = json.load(f)
-    return dict(images_per_s=result['pipelines']['ours']['images_per_s'], setting=result['setting'])

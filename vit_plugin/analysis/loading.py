@@ -7,12 +7,14 @@ a message naming the mismatching keys, instead of silently analysing random weig
 import os.path as osp
 from typing import Optional, Tuple
 
-import torch
 import torch.nn as nn
 from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.utils import import_modules_from_strings
+
+from vit_plugin.checkpoint.fit import CheckpointMismatchError, state_dict_of
+from vit_plugin.models import ViT
 
 
 class WrongModelError(ValueError):
@@ -26,7 +28,6 @@ def load_config(config: str, cfg_options: Optional[dict] = None) -> Config:
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
-    import vit_plugin  # noqa: F401  (registers our scope and the safe checkpoint loader)
     if cfg.get('custom_imports'):
         import_modules_from_strings(**cfg.custom_imports)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
@@ -37,8 +38,6 @@ def load_config(config: str, cfg_options: Optional[dict] = None) -> Config:
 
 def find_vit(model: nn.Module) -> Tuple[nn.Module, str]:
     """The first :class:`vit_plugin.ViT` (or subclass, e.g. the hybrid) inside ``model`` and its prefix."""
-    from vit_plugin.models.backbones.vit import ViT
-
     for name, module in model.named_modules():
         if isinstance(module, ViT):
             return module, f'{name}.' if name else ''
@@ -48,16 +47,10 @@ def find_vit(model: nn.Module) -> Tuple[nn.Module, str]:
 
 
 def _state_dict_of(checkpoint, filename: str) -> dict:
-    if isinstance(checkpoint, dict):
-        for key in ('state_dict', 'model', 'module'):
-            if isinstance(checkpoint.get(key), dict):
-                checkpoint = checkpoint[key]
-                break
-    if not isinstance(checkpoint, dict) or not checkpoint or not all(
-            isinstance(v, torch.Tensor) for v in checkpoint.values()):
-        raise WrongModelError(f'{filename} holds no state dict of tensors (looked at the file itself and its '
-                              f'"state_dict"/"model" entries); pass a checkpoint saved by mmengine or torch.save')
-    return {k[7:] if k.startswith('module.') else k: v for k, v in checkpoint.items()}
+    try:
+        return state_dict_of(checkpoint, filename)
+    except CheckpointMismatchError as err:
+        raise WrongModelError(str(err)) from None
 
 
 def load_checkpoint_checked(model: nn.Module, filename: str, vit_prefix: str) -> dict:

@@ -33,6 +33,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from vit_plugin.analysis.loading import find_vit
+
 GiB = 1024**3
 MiB = 1024**2
 
@@ -281,7 +283,6 @@ def largest_batch(model: ModelShape, budget: float, **kwargs) -> int:
 
 
 def _find_vit(model: nn.Module):
-    from vit_plugin.analysis.loading import find_vit
     return find_vit(model)[0]
 
 

@@ -18,6 +18,9 @@ import subprocess
 import sys
 from typing import Optional
 
+from vit_plugin.analysis.loading import find_vit, load_config
+from vit_plugin.engine.optimizers import use_mixed_precision
+
 ENV = dict(MALLOC_MMAP_THRESHOLD_='65536', MALLOC_TRIM_THRESHOLD_='0', MALLOC_ARENA_MAX='1')
 
 
@@ -44,11 +47,6 @@ def _child(args) -> dict:
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import MODELS
 
-    from vit_plugin.analysis.loading import load_config
-    from vit_plugin.analysis.loading import find_vit
-    from vit_plugin.engine.device_defaults import optimizer_defaults
-    from vit_plugin.engine.optimizers import use_mixed_precision
-
     torch.manual_seed(0)
     options = json.loads(args.cfg_options) if args.cfg_options else {}
     cfg = load_config(args.config, options)
@@ -65,7 +63,6 @@ def _child(args) -> dict:
     optim_cfg = dict(cfg.optim_wrapper)
     optim_cfg.pop('constructor', None)
     optim_cfg.pop('paramwise_cfg', None)
-    optimizer_defaults(optim_cfg, 'cpu')  # the update kernel tools/train.py picks (the CPU: torch's)
     if args.bf16:
         use_mixed_precision(optim_cfg, 'bf16', 'cpu')
     wrapper = build_optim_wrapper(trained, optim_cfg)

@@ -2,12 +2,15 @@
 import os
 import os.path as osp
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from ..checkpoint import safe_torch_load
 from ..checkpoint.layout import MODE_KEY, encode_resize_mode, resize_mode_for
+from ..models.backbones.vit_arch import VIT_ARCHS
+from ..models.layers import swiglu_hidden_dims
 from ..models.patch_resize import resize_patch_embed
 from ..models.pos_embed import CHECKPOINT_RESIZE_MODE, infer_grid, resize_pos_embed, to_2tuple
 from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
@@ -21,27 +24,34 @@ DST_FORMATS = ('vit_plugin', 'timm', 'mmpretrain')
 
 
 def _torch_arch(state_dict: Dict[str, torch.Tensor], bp: str) -> Dict[str, Any]:
-    """Width, depth, MLP width and patch size read from our state dict's shapes."""
+    """Width, depth, MLP width and patch size read from our state dict's shapes.
+
+    A SwiGLU MLP (``mlp.fc1`` packs two halves) gives its half width as ``swiglu_hidden_dims``
+    instead of ``mlp_dims``: the arch's nominal MLP width is not in the tensors.
+    """
     depth = 0
     while f'{bp}blocks.{depth}.norm1.weight' in state_dict:
         depth += 1
     pos = state_dict.get(bp + 'pos_embed')
     fc1 = state_dict.get(bp + 'blocks.0.mlp.fc1.weight')
+    fc2 = state_dict.get(bp + 'blocks.0.mlp.fc2.weight')
     kernel = state_dict.get(bp + 'patch_embed.proj.weight')
+    swiglu = fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]
     return dict(embed_dims=None if pos is None else pos.shape[-1], num_layers=depth,
-                mlp_dims=None if fc1 is None else fc1.shape[0],
+                mlp_dims=None if fc1 is None or swiglu else fc1.shape[0],
+                swiglu_hidden_dims=fc2.shape[1] if swiglu else None,
                 patch_size=None if kernel is None else tuple(kernel.shape[-2:]),
                 keys=dict(embed_dims=bp + 'pos_embed', num_layers=bp + 'blocks.*',
-                          mlp_dims=bp + 'blocks.0.mlp.fc1.weight'))
+                          mlp_dims=bp + 'blocks.0.mlp.fc1.weight', swiglu_hidden_dims=bp + 'blocks.0.mlp.fc2.weight'))
 
 
 def check_arch(arch: str, found: Dict[str, Any], source: str) -> None:
     """Raise if the converted weights are not of the ``arch`` the user expects (e.g. 'b', 'large')."""
-    from ..models import ViT
-    expected = ViT.arch_zoo.get(arch.lower())
+    expected = VIT_ARCHS.get(arch.lower())
     if expected is None:
-        raise ConversionError(f'--arch {arch!r} is not one of {sorted(set(ViT.arch_zoo))}')
-    for name in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims'):
+        raise ConversionError(f'--arch {arch!r} is not one of {sorted(set(VIT_ARCHS))}')
+    expected = dict(expected, swiglu_hidden_dims=swiglu_hidden_dims(expected['mlp_dims']))
+    for name in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims', 'swiglu_hidden_dims'):
         if found.get(name) is not None and found[name] != expected[name]:
             key = found.get('keys', {}).get(name, '?')
             raise ConversionError(
@@ -63,6 +73,106 @@ def _resize_to(state_dict, bp: str, img_size, patch_size, reduction: int, report
         state_dict[key] = resize_pos_embed(table, new, old, int(with_cls), mode=mode, compute_dtype=torch.float64)
         report.resized.append(f'{key}: {old[0]}x{old[1]} -> {new[0]}x{new[1]} patch grid (mode={mode})')
     state_dict[bp + 'pos_embed_grid'] = torch.tensor(new, dtype=torch.long)
+
+
+@dataclass
+class _Source:
+    """A source file read and converted to our layout, before any option is applied."""
+    state_dict: Dict[str, torch.Tensor]
+    report: ConversionReport
+    found: Dict[str, Any]  # the arch read from the file (see check_arch)
+    meta: Dict[str, Any]
+    reduction: int = 1  # image pixels per feature-map pixel before the patches (hybrid: the ResNet's)
+
+
+def _read_jax(src: str, pos_embed_grid, show_progress: bool) -> _Source:
+    arrays = read_npz(src)
+    try:
+        large = osp.getsize(src) >= PROGRESS_MIN_BYTES
+        state_dict, report, info = convert_jax_vit(arrays, source=src, pos_embed_grid=pos_embed_grid,
+                                                   show_progress=show_progress and large)
+    finally:
+        arrays.close()
+    found = {k: info[k] for k in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims')}
+    block = info['prefix'] + ('Transformer/encoderblock/' if info['scanned'] else 'Transformer/encoderblock_0/')
+    found['keys'] = dict(embed_dims=info['prefix'] + 'embedding/kernel',
+                         num_layers=info['prefix'] + 'Transformer/encoderblock*',
+                         num_heads=block + 'MultiHeadDotProductAttention_*/query/kernel',
+                         mlp_dims=block + 'MlpBlock_*/Dense_0/kernel')
+    meta = dict(source=osp.basename(src), source_format='official-jax-npz', model_cfg=info['model_cfg'])
+    return _Source(state_dict, report, found, meta, reduction=info['reduction'])
+
+
+def _read_torch(src: str, src_format: str, pos_embed_grid) -> _Source:
+    raw = unwrap_state_dict(safe_torch_load(src), source=src)
+    if src_format == 'torch':
+        try:
+            src_format = detect_torch_format(raw)
+        except ValueError as err:
+            raise ConversionError(f'{src}: {err}') from None
+    if src_format == 'timm':
+        state_dict, report = timm_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+    elif src_format == 'mmpretrain':
+        state_dict, report = mmpretrain_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+    elif src_format == 'mmpretrain_mim':  # MAE / MaskFeat training checkpoint: the encoder only
+        state_dict, report = mmpretrain_mim_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
+    else:  # ours: a whole classifier, or a bare backbone that gets the whole-classifier prefix
+        raw = strip_prefix(raw, ('module.', ))
+        if not any(k.startswith(BACKBONE_PREFIX) for k in raw):
+            raw = {BACKBONE_PREFIX + k: v for k, v in raw.items()}
+        state_dict, report = raw, ConversionReport(source=src, loaded=list(raw))
+    return _Source(state_dict, report, _torch_arch(state_dict, BACKBONE_PREFIX),
+                   dict(source=osp.basename(src), source_format=src_format))
+
+
+def _change_patch_size(source: _Source, patch_size, img_size):
+    """Resize the patch kernel to ``patch_size``; returns the image size the grid must then have
+    (``img_size``, or the trained resolution, which keeps the image and makes the grid follow)."""
+    state_dict, bp = source.state_dict, BACKBONE_PREFIX
+    kernel_key = bp + 'patch_embed.proj.weight'
+    if patch_size is None or kernel_key not in state_dict:
+        return img_size
+    old_kernel = state_dict[kernel_key]
+    patch_size = to_2tuple(patch_size)
+    if tuple(old_kernel.shape[-2:]) == patch_size:
+        return img_size
+    if img_size is None:  # keep the resolution, so the grid follows the new patch size
+        grid = state_dict[bp + 'pos_embed_grid'].tolist() if bp + 'pos_embed_grid' in state_dict else \
+            infer_grid(state_dict[bp + 'pos_embed'].shape[1] - int(bp + 'cls_token' in state_dict))
+        img_size = tuple(g * k * source.reduction for g, k in zip(grid, old_kernel.shape[-2:]))
+    state_dict[kernel_key] = resize_patch_embed(old_kernel, patch_size)
+    source.report.resized.append(f'{kernel_key}: {old_kernel.shape[-2]}x{old_kernel.shape[-1]} -> '
+                                 f'{patch_size[0]}x{patch_size[1]} kernel (FlexiViT pseudo-inverse)')
+    if 'model_cfg' in source.meta:
+        source.meta['model_cfg']['patch_size'] = patch_size
+    return img_size
+
+
+def _backbone_only(state_dict: Dict[str, torch.Tensor], report: ConversionReport) -> Dict[str, torch.Tensor]:
+    """Bare backbone keys; everything else (the head) is dropped and reported."""
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith(BACKBONE_PREFIX):
+            out[key[len(BACKBONE_PREFIX):]] = value
+        else:
+            report.dropped.append(key)
+    return out
+
+
+def _export(state_dict: Dict[str, torch.Tensor], dst_format: str, bp: str, src: str,
+            report: ConversionReport) -> Dict[str, torch.Tensor]:
+    """Our layout -> ``dst_format``'s, refusing a conversion that would lose weights."""
+    if dst_format == 'timm':
+        state_dict, export = vit_to_timm(state_dict, backbone_prefix=bp, source=src)
+        export.check(hint='timm\'s VisionTransformer has no pre_logits layer: convert with --num-classes, '
+                          'or --backbone-only.')
+    elif dst_format == 'mmpretrain':
+        state_dict, export = vit_to_mmpretrain(state_dict, backbone_prefix=bp, source=src)
+        export.check()
+    else:
+        return state_dict
+    report.dropped += export.dropped
+    return state_dict
 
 
 def convert_checkpoint_file(src: str,
@@ -94,97 +204,33 @@ def convert_checkpoint_file(src: str,
         raise ConversionError(f'--src-format must be one of {SRC_FORMATS} and --dst-format one of {DST_FORMATS}')
     if src_format == 'auto':
         src_format = 'jax' if src.lower().endswith('.npz') else 'torch'
-    meta: Dict[str, Any] = dict(source=osp.basename(src))
-    bp = BACKBONE_PREFIX
-    reduction = 1
-    if src_format == 'jax':
-        arrays = read_npz(src)
-        try:
-            state_dict, report, info = convert_jax_vit(arrays, source=src, pos_embed_grid=pos_embed_grid,
-                                                       show_progress=show_progress
-                                                       and osp.getsize(src) >= PROGRESS_MIN_BYTES)
-        finally:
-            arrays.close()
-        found = {k: info[k] for k in ('embed_dims', 'num_layers', 'num_heads', 'mlp_dims')}
-        block = info['prefix'] + ('Transformer/encoderblock/' if info['scanned'] else 'Transformer/encoderblock_0/')
-        found['keys'] = dict(embed_dims=info['prefix'] + 'embedding/kernel',
-                             num_layers=info['prefix'] + 'Transformer/encoderblock*',
-                             num_heads=block + 'MultiHeadDotProductAttention_*/query/kernel',
-                             mlp_dims=block + 'MlpBlock_*/Dense_0/kernel')
-        meta.update(source_format='official-jax-npz', model_cfg=info['model_cfg'])
-        reduction = info['reduction']
-    else:
-        raw = unwrap_state_dict(safe_torch_load(src), source=src)
-        if src_format == 'torch':
-            try:
-                src_format = detect_torch_format(raw)
-            except ValueError as err:
-                raise ConversionError(f'{src}: {err}') from None
-        if src_format == 'timm':
-            state_dict, report = timm_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
-        elif src_format == 'mmpretrain':
-            state_dict, report = mmpretrain_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
-        elif src_format == 'mmpretrain_mim':  # MAE / MaskFeat training checkpoint: the encoder only
-            state_dict, report = mmpretrain_mim_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
-        else:  # ours: a whole classifier, or a bare backbone that gets the whole-classifier prefix
-            raw = strip_prefix(raw, ('module.', ))
-            if not any(k.startswith(bp) for k in raw):
-                raw = {bp + k: v for k, v in raw.items()}
-            state_dict, report = raw, ConversionReport(source=src, loaded=list(raw))
-        found = _torch_arch(state_dict, bp)
-        meta.update(source_format=src_format)
+    source = (_read_jax(src, pos_embed_grid, show_progress) if src_format == 'jax' else
+              _read_torch(src, src_format, pos_embed_grid))
+    state_dict, report, meta, bp = source.state_dict, source.report, source.meta, BACKBONE_PREFIX
     if arch:
-        check_arch(arch, found, src)
+        check_arch(arch, source.found, src)
     report.check(allow_unknown, allow_missing,
                  hint='If the file is of another kind, set --src-format (jax, timm, mmpretrain).')
     if bp + 'pos_embed' not in state_dict and not allow_missing:
         raise ConversionError(f'{src}: no position embedding found ({bp}pos_embed); not a ViT checkpoint')
-    kernel_key = bp + 'patch_embed.proj.weight'
-    if patch_size is not None and kernel_key in state_dict:
-        old_kernel = state_dict[kernel_key]
-        patch_size = to_2tuple(patch_size)
-        if tuple(old_kernel.shape[-2:]) != patch_size:
-            if img_size is None:  # keep the resolution, so the grid follows the new patch size
-                grid = state_dict[bp + 'pos_embed_grid'].tolist() if bp + 'pos_embed_grid' in state_dict else \
-                    infer_grid(state_dict[bp + 'pos_embed'].shape[1] - int(bp + 'cls_token' in state_dict))
-                img_size = (grid[0] * old_kernel.shape[-2] * reduction, grid[1] * old_kernel.shape[-1] * reduction)
-            state_dict[kernel_key] = resize_patch_embed(old_kernel, patch_size)
-            report.resized.append(f'{kernel_key}: {old_kernel.shape[-2]}x{old_kernel.shape[-1]} -> '
-                                  f'{patch_size[0]}x{patch_size[1]} kernel (FlexiViT pseudo-inverse)')
-            if 'model_cfg' in meta:
-                meta['model_cfg']['patch_size'] = patch_size
+
+    img_size = _change_patch_size(source, patch_size, img_size)
     if img_size is not None:
-        kernel = state_dict[kernel_key]
-        _resize_to(state_dict, bp, img_size, tuple(kernel.shape[-2:]), reduction, report, pos_embed_mode)
+        kernel = state_dict[bp + 'patch_embed.proj.weight']
+        _resize_to(state_dict, bp, img_size, tuple(kernel.shape[-2:]), source.reduction, report, pos_embed_mode)
         if 'model_cfg' in meta:
             meta['model_cfg']['img_size'] = to_2tuple(img_size)
     if pos_embed_mode is not None:
         state_dict[bp + MODE_KEY] = encode_resize_mode(pos_embed_mode)
     if num_classes is not None:
         state_dict, report = finetune_transfer(state_dict, num_classes, keep_pre_logits, report=report)
+        if 'model_cfg' in meta:
+            meta['num_classes'] = num_classes
     if backbone_only:
-        out = {}
-        for key, value in state_dict.items():
-            if key.startswith(bp):
-                out[key[len(bp):]] = value
-            else:
-                report.dropped.append(key)
-        state_dict = out
-        bp = ''
-    if dst_format == 'timm':
-        state_dict, export = vit_to_timm(state_dict, backbone_prefix=bp, source=src)
-        export.check(hint='timm\'s VisionTransformer has no pre_logits layer: convert with --num-classes, '
-                          'or --backbone-only.')
-        report.dropped += export.dropped
-    elif dst_format == 'mmpretrain':
-        state_dict, export = vit_to_mmpretrain(state_dict, backbone_prefix=bp, source=src)
-        export.check()
-        report.dropped += export.dropped
-    if 'model_cfg' in meta and num_classes is not None:
-        meta['num_classes'] = num_classes
+        state_dict, bp = _backbone_only(state_dict, report), ''
+    state_dict = _export(state_dict, dst_format, bp, src, report)
     report.loaded = sorted(state_dict)
-    payload = state_dict if dst_format == 'timm' else dict(state_dict=state_dict, meta=meta)
-    atomic_torch_save(payload, dst)
+    atomic_torch_save(state_dict if dst_format == 'timm' else dict(state_dict=state_dict, meta=meta), dst)
     return report, meta
 
 

@@ -1,11 +1,14 @@
 """timm and mmpretrain ViT state dicts <-> ours.
 
-Our backbone keys equal timm's ``VisionTransformer`` keys (plus the ``pos_embed_grid`` buffer), so the
-timm conversions are mostly about the surroundings: timm's ``head`` becomes mmpretrain's
-``VisionTransformerClsHead`` (``head.layers.head``) in our whole-classifier layout, and everything a
-plain ViT does not have (register tokens, layer scale, ``fc_norm``, attention pooling ...) is
-reported as unknown instead of being silently dropped. mmpretrain's ``VisionTransformer`` uses
-other names (``layers.i.ln1``, ``ffn.layers.0.0`` ...) for the same tensors in the same layout.
+Our backbone keys equal timm's ``VisionTransformer`` keys (plus the ``pos_embed_grid`` buffer; layer
+scale ``ls1/ls2``, ``norm_pre`` and the SwiGLU MLP of DINOv2-g included), so the timm conversions are
+mostly about the surroundings: timm's ``head`` becomes mmpretrain's ``VisionTransformerClsHead``
+(``head.layers.head``) in our whole-classifier layout, and everything our ViT does not have
+(register tokens, attention pooling ...) is reported as unknown instead of being silently dropped.
+So is timm's ``fc_norm``: it normalises whatever timm's ``global_pool`` pooled (class token or
+mean), which the state dict does not say. mmpretrain's ``VisionTransformer`` uses other names
+(``layers.i.ln1``, ``ffn.layers.0.0``, ``attn.gamma1``, ``ln2`` ...) for the same tensors in the same
+layout (see :mod:`vit_plugin.checkpoint.layout`).
 """
 import math
 import re
@@ -13,7 +16,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..checkpoint.layout import OURS_KEY_RE, RECORD_KEYS, mmpretrain_to_ours_key, ours_to_mmpretrain_key
+from ..checkpoint.layout import (RECORD_KEYS, TIMM_KEY_RE, mmpretrain_to_ours_key, ours_to_mmpretrain_key,
+                                 swiglu_blocks)
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionReport, strip_prefix
 
 #: Backbone keys of ours that are not weights: the grid buffer and the records (see checkpoint.layout).
@@ -58,7 +62,7 @@ def timm_to_vit(state_dict: Dict[str, torch.Tensor],
     report = ConversionReport(source=source)
     out = {}
     for key, value in strip_prefix(state_dict, ('module.', )).items():
-        if OURS_KEY_RE.match(key):
+        if TIMM_KEY_RE.match(key):
             out[backbone_prefix + key] = value
             report.loaded.append(backbone_prefix + key)
         elif key in ('head.weight', 'head.bias'):
@@ -80,14 +84,14 @@ def vit_to_timm(state_dict: Dict[str, torch.Tensor],
     """Our state dict (whole classifier or bare backbone) -> timm ``VisionTransformer`` keys.
 
     ``pos_embed_grid`` and the records (resize mode, GELU) have no timm counterpart and are dropped
-    (reported); a ``pre_logits`` layer has none either and is reported as unknown, because dropping
-    it would change the model's outputs.
+    (reported); a ``pre_logits`` layer and ``fc_norm`` have none either and are reported as unknown,
+    because dropping them would change the model's outputs.
     """
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, backbone_prefix)
     out = {}
     for key, value in inner.items():
-        if OURS_KEY_RE.match(key):
+        if TIMM_KEY_RE.match(key):
             out[key] = value
             report.loaded.append(key)
         elif key in _OURS_EXTRA:
@@ -110,9 +114,12 @@ def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
                       source: str = 'mmpretrain state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """mmpretrain ``VisionTransformer`` (bare, or inside an ``ImageClassifier``) -> ours.
 
-    The head (``head.layers.*`` of ``VisionTransformerClsHead``) keeps its keys, which our
-    whole-classifier layout shares; ``head_prefix=None`` drops it. Parts a plain ViT does not have
-    (``pre_norm``, the ``ln2`` of ``out_type='avg_featmap'``, layer scale) are reported as unknown.
+    Every weight of mmpretrain's ``VisionTransformer`` has a name here: ``pre_norm`` becomes
+    ``norm_pre``, the ``ln2`` of ``out_type='avg_featmap'`` ``fc_norm``, layer scale
+    (``attn.gamma1``, ``ffn.gamma2``) ``ls1``/``ls2.gamma``, and the SwiGLU MLP (``ffn.w12``,
+    ``ffn.w3``) ``mlp.fc1``/``fc2``. The head (``head.layers.*`` of ``VisionTransformerClsHead``) keeps
+    its keys, which our whole-classifier layout shares; ``head_prefix=None`` drops it. Anything else
+    is reported as unknown.
     """
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, 'backbone.')
@@ -203,16 +210,19 @@ def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
                       backbone_prefix: str = BACKBONE_PREFIX,
                       source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """Our state dict -> mmpretrain ``VisionTransformer`` keys (under 'backbone.' when ours had a head
-    or a 'backbone.' prefix; ``head.layers.*`` unchanged)."""
+    or a 'backbone.' prefix; ``head.layers.*`` unchanged). The inverse of :func:`mmpretrain_to_vit`;
+    blocks with a SwiGLU MLP (told by its shapes) get ``SwiGLUFFNFused``'s names."""
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, backbone_prefix)
+    swiglu = swiglu_blocks(inner)
     outer = 'backbone.' if rest or (backbone_prefix and any(k.startswith(backbone_prefix) for k in state_dict)) else ''
     out = {}
     for key, value in inner.items():
         if key in _OURS_EXTRA:
             report.dropped.append(backbone_prefix + key)
             continue
-        new = ours_to_mmpretrain_key(key)
+        block = re.match(r'blocks\.(\d+)\.', key)
+        new = ours_to_mmpretrain_key(key, swiglu=block is not None and int(block.group(1)) in swiglu)
         if new is None:
             report.unknown.append(key)
             continue

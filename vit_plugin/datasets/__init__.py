@@ -1,7 +1,9 @@
 from .checked import DataRootNotFoundError, check_dataset_paths  # noqa: F401
 from .digits import DigitsDataset, prepare_digits_dataset  # noqa: F401
-from .label_subset import LabelSubsetDataset, class_balanced_indices  # noqa: F401
-from .transforms import LoadAndInceptionCrop, inception_crop_box  # noqa: F401
+from .label_subset import LabelSubsetDataset, class_balanced_indices, sample_k_shot  # noqa: F401
+from .decode import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image, inspect_image  # noqa: F401
+from .skip import BadSampleLimitExceeded, SkipBadSamples  # noqa: F401
+from .transforms import LoadAndInceptionCrop, LoadImageFromFile, inception_crop_box  # noqa: F401
 
 try:  # the detection dataset subclasses mmdet's CocoDataset; mmdet is the optional [det] extra
     from .shapes_coco import (CLASSES as SHAPES_CLASSES, ShapesCocoDataset,  # noqa: F401

@@ -12,13 +12,21 @@ traceback.
 ``vit_plugin.ImageNet21k`` reads a list file (``ann_file``) through the array-backed index of
 :mod:`vit_plugin.datasets.compact_index` (seconds and little memory at 14.2M lines, shared by the
 dataloader workers) instead of one Python dict per line; the records are the same.
+
+Every class also refuses, when it is built, a dataset without samples (:class:`NoSamplesError`, e.g.
+an empty list file or ``indices`` that keep nothing) and, given ``num_classes`` (the config's class
+count, the value the head and the data preprocessor use), any label outside ``[0, num_classes)``
+(:class:`~vit_plugin.datasets.compact_index.ListFileError`, naming the file, the line or sample and the
+value), instead of a failure inside the loss hours later, or a CUDA device-side assert far from the
+cause.
 """
 import os.path as osp
-from typing import Callable, Dict, List, Union
+from typing import Callable, Dict, List, Optional, Union
 
+import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
 
-from vit_plugin.datasets.compact_index import CompactListMixin
+from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError, check_labels
 from vit_plugin.registry import DATASETS
 
 README_SECTION = "README.md, section 'Data preparation' (#data-preparation)"
@@ -26,6 +34,10 @@ README_SECTION = "README.md, section 'Data preparation' (#data-preparation)"
 
 class DataRootNotFoundError(FileNotFoundError):
     """A dataset's root, annotation file or image folder does not exist."""
+
+
+class NoSamplesError(ValueError):
+    """A dataset whose files give no sample."""
 
 
 def _prefix(data_prefix: Union[str, dict]) -> str:
@@ -103,25 +115,79 @@ def check_dataset_paths(name: str, paths: List[str], layout: str) -> None:
 _MIXINS: Dict[str, tuple] = {'ImageNet21k': (CompactListMixin,)}
 
 
+def _source(dataset) -> str:
+    """The list file, or else the image folder, a dataset reads (for messages)."""
+    ann_file = getattr(dataset, 'ann_file', '')
+    if ann_file:
+        return osp.abspath(ann_file)
+    return osp.abspath(getattr(dataset, 'img_prefix', '') or getattr(dataset, 'data_root', '') or '.')
+
+
+def _no_samples(dataset, name: str) -> NoSamplesError:
+    indices = getattr(dataset, '_indices', None)
+    return NoSamplesError(
+        f'{name}: {_source(dataset)} gives no samples' + (f' (after indices={indices!r})' if indices is not None
+                                                          else '')
+        + f'; check the file and the data root, see {README_SECTION}.')
+
+
+def check_samples(dataset, name: str) -> None:
+    """Raise when ``dataset`` (fully initialised) has no sample, or, when its ``num_classes`` is set,
+    a label outside ``[0, num_classes)`` (list files through the compact index are checked there,
+    naming the line)."""
+    if len(dataset) == 0:
+        raise _no_samples(dataset, name)
+    num_classes = getattr(dataset, 'num_classes', None)
+    if num_classes is None or getattr(dataset, '_index', None) is not None:
+        return
+    labels = np.asarray(dataset.get_gt_labels())
+    try:
+        check_labels(labels, num_classes, _source(dataset))
+    except ListFileError:
+        i = int(np.argmax((labels >= num_classes) | (labels < 0)))
+        raise ListFileError(
+            f'{name}: sample {i} ({dataset.get_data_info(i).get("img_path")}) of {_source(dataset)} has label '
+            f'{int(labels[i])}, outside [0, {num_classes}) (the largest label is {int(labels.max())}). Set '
+            f'num_classes in the config to the number of classes of the data (the same value for the dataset, '
+            f'the data preprocessor and the head).') from None
+
+
 def _make_checked(name: str, base_name: str, list_paths: Callable, layout: str, mixins: tuple = ()):
     base = getattr(mmpretrain_datasets, base_name)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, num_classes: Optional[int] = None, **kwargs):
         if args:  # mmpretrain's classes take data_root (and split) first
             kwargs.update(zip(('data_root', 'split'), args))
+        if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool)
+                                        or num_classes < 1):
+            raise ValueError(f'{name}: num_classes must be a positive int, got {num_classes!r}')
+        self.num_classes = num_classes
         data_root = kwargs.get('data_root', '')
         split = kwargs.get('split', 'trainval' if name in ('OxfordIIITPet', 'Flowers102') else '')
         paths = ([data_root] if data_root else []) + list_paths(data_root, split, kwargs)
         check_dataset_paths(name, paths, layout)
         super(cls, self).__init__(**kwargs)
 
+    def full_init(self):
+        if self._fully_initialized:
+            return
+        super(cls, self).full_init()
+        check_samples(self, name)
+
+    def _serialize_data(self):  # mmengine's packing fails on an empty list, without a word about the file
+        if not self.data_list:
+            raise _no_samples(self, name)
+        return super(cls, self)._serialize_data()
+
     doc = (f"mmpretrain's ``{base_name}``, checking first that its files exist "
-           f'(:class:`DataRootNotFoundError` otherwise). Expected layout: {layout}. Arguments as for '
-           f"mmpretrain's class.")
+           f'(:class:`DataRootNotFoundError` otherwise), then that it has samples (:class:`NoSamplesError`) '
+           f'and, given ``num_classes``, that every label lies in ``[0, num_classes)`` (``ListFileError``). '
+           f"Expected layout: {layout}. Other arguments as for mmpretrain's class.")
     if mixins:
         doc += (' A list file is served from an array-backed index cached as ``<ann_file>.index`` '
                 '(``index_cache=False``: not cached); see :mod:`vit_plugin.datasets.compact_index`.')
-    cls = type(name, (*mixins, base), {'__init__': __init__, '__doc__': doc, '__module__': __name__})
+    cls = type(name, (*mixins, base), {'__init__': __init__, 'full_init': full_init,
+                                       '_serialize_data': _serialize_data, '__doc__': doc, '__module__': __name__})
     return cls
 
 
@@ -129,4 +195,5 @@ for _name, (_base, _paths, _layout) in _CHECKS.items():
     globals()[_name] = DATASETS.register_module(
         name=_name, module=_make_checked(_name, _base, _paths, _layout, _MIXINS.get(_name, ())))
 
-__all__ = ['DataRootNotFoundError', 'check_dataset_paths', 'README_SECTION', *_CHECKS]
+__all__ = ['DataRootNotFoundError', 'NoSamplesError', 'check_dataset_paths', 'check_samples', 'README_SECTION',
+           *_CHECKS]

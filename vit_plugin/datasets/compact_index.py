@@ -49,7 +49,7 @@ _WHITESPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 
 
 class ListFileError(ValueError):
-    """A line of a list file is not ``"<path> <label>"``."""
+    """A list file is empty, or a line is not ``"<path> <label>"`` with a label in ``[0, num_classes)``."""
 
 
 def _line_error(filename: str, line_no: int, line: bytes, reason: str) -> ListFileError:
@@ -152,11 +152,13 @@ def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
         lines) and ``labels`` (int32).
 
     Raises:
-        ListFileError: A line is empty, has no space, a label that is not a non-negative integer, or
-            is not UTF-8; the message names the file and the line number.
+        ListFileError: The file is empty, or a line is empty, has no space, a label that is not a
+            non-negative integer, or is not UTF-8; the message names the file and the line number.
     """
     size = osp.getsize(filename)
-    data = np.memmap(filename, dtype=np.uint8, mode='r') if size else np.zeros(0, np.uint8)
+    if size == 0:
+        raise empty_list_error(filename)
+    data = np.memmap(filename, dtype=np.uint8, mode='r')
     # Count the lines first so that the outputs are filled in place: no list of chunks to concatenate
     # (which would hold the paths twice). ``paths`` gets an upper bound; pages never written are never
     # allocated, and the result is a view of its used part.
@@ -185,6 +187,34 @@ def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
         start = end
     del data
     return paths[:used], offsets, labels
+
+
+def empty_list_error(filename: str) -> ListFileError:
+    return ListFileError(f'{filename}: the list file is empty, so the dataset has no samples; expected one '
+                         f"'<relative path> <label>' line per image (README.md, section 'Data preparation').")
+
+
+def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
+    """Raise :class:`ListFileError` naming the first line of ``filename`` whose label is outside
+    ``[0, num_classes)``. Vectorised: a minimum and a maximum over the labels (no allocation), a
+    comparison only on the error path, to find the line."""
+    if not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool) or num_classes < 1:
+        raise ValueError(f'num_classes must be a positive int, got {num_classes!r}')
+    if not len(labels):
+        return
+    top = int(labels.max())
+    low = int(labels.min())
+    if top < num_classes and low >= 0:
+        return
+    bad = labels >= num_classes  # one byte per line, only on this error path
+    if low < 0:
+        bad |= labels < 0
+    line = int(np.argmax(bad))
+    raise ListFileError(
+        f'{filename}, line {line + 1}: label {int(labels[line])} is outside [0, {num_classes}) '
+        f'(num_classes={num_classes}; {int(np.count_nonzero(bad)):,} of {len(labels):,} lines are outside, the '
+        f'largest label is {top}). Set num_classes in the config to the number of classes of this list (the '
+        f'same value for the dataset, the data preprocessor and the head), or correct the list.')
 
 
 def _source_key(filename: str) -> dict:
@@ -262,17 +292,33 @@ class ListFileIndex:
         self.cache_path, self.key = cache_path, key
 
     @classmethod
-    def open(cls, filename: str, cache: bool = True) -> 'ListFileIndex':
+    def open(cls, filename: str, cache: bool = True, num_classes: Optional[int] = None) -> 'ListFileIndex':
         """Index ``filename``, reusing or (re)writing ``<filename>.index`` when ``cache`` is True.
 
         Args:
             filename (str): The list file.
             cache (bool): Read and write the cache next to the list file. When its folder is not
                 writable, the index is built in memory and a warning says so. Defaults to True.
+            num_classes (int, optional): Check that every label lies in ``[0, num_classes)`` (on
+                every open, the cache's too: a run may use another ``num_classes``). Defaults to None:
+                not checked.
 
         Returns:
             ListFileIndex: The index.
+
+        Raises:
+            ListFileError: The list is empty or malformed, or a label is outside ``[0, num_classes)``;
+                the message names the file, the line and the value.
         """
+        index = cls._open(filename, cache)
+        if not len(index):
+            raise empty_list_error(filename)
+        if num_classes is not None:
+            check_labels(index.labels, num_classes, filename)
+        return index
+
+    @classmethod
+    def _open(cls, filename: str, cache: bool) -> 'ListFileIndex':
         key = _source_key(filename)
         cache_path = osp.abspath(filename) + CACHE_SUFFIX  # pickled: valid from any working dir
         if cache:
@@ -335,11 +381,15 @@ class CompactListMixin:
     ``indices``, ``get_subset``/``get_subset_``, ``metainfo``, ``lazy_init`` and ``test_mode`` keep
     mmengine's meaning. ``with_label=False`` is refused.
 
+    The number of classes is the ``num_classes`` attribute set by the dataset class (see
+    :mod:`vit_plugin.datasets.checked`): every label is checked against it when the index is opened.
+
     Args:
         index_cache (bool): Keep the index next to the list file (``<ann_file>.index``) and
             memory-map it. Defaults to True.
         *args, **kwargs: The base class's arguments.
     """
+    num_classes: Optional[int] = None
 
     def __init__(self, *args, index_cache: bool = True, **kwargs):
         self.index_cache = index_cache
@@ -358,7 +408,7 @@ class CompactListMixin:
         if not getattr(self, 'with_label', True):
             raise ValueError(f'{type(self).__name__}: with_label=False is not supported for list files; '
                              f"use mmpretrain's CustomDataset for a list of paths without labels.")
-        self._index = ListFileIndex.open(self.ann_file, cache=self.index_cache)
+        self._index = ListFileIndex.open(self.ann_file, cache=self.index_cache, num_classes=self.num_classes)
         self._selection = None
         if self._indices is not None:
             self._selection = self._positions(self._indices)

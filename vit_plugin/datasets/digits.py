@@ -17,10 +17,12 @@ import os
 import os.path as osp
 import shutil
 import tempfile
+from typing import Optional
 
 import numpy as np
 from mmpretrain.datasets import CustomDataset
 
+from vit_plugin.datasets.checked import check_samples
 from vit_plugin.registry import DATASETS
 
 #: Bump when the written files change, so that an old preparation is rebuilt instead of reused.
@@ -128,13 +130,23 @@ class DigitsDataset(CustomDataset):
             Defaults to 'data/digits'.
         split (str): 'train' (1,438 images) or 'test' (359 images). Defaults to 'train'.
         img_size (int): Image side used when the data has to be prepared. Defaults to 32.
+        num_classes (int, optional): Check every label against it when the dataset is built (see
+            :func:`vit_plugin.datasets.checked.check_samples`). Defaults to None.
         **kwargs: Other arguments of mmpretrain's ``CustomDataset`` (``pipeline``, ``test_mode``...).
     """
     METAINFO = dict(classes=tuple(str(i) for i in range(10)))
 
-    def __init__(self, data_root: str = 'data/digits', split: str = 'train', img_size: int = 32, **kwargs):
+    def __init__(self, data_root: str = 'data/digits', split: str = 'train', img_size: int = 32,
+                 num_classes: Optional[int] = None, **kwargs):
         if split not in SPLITS:
             raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
+        self.num_classes = num_classes
         prepare_digits_dataset(data_root, img_size)
         kwargs.setdefault('test_mode', split == 'test')
         super().__init__(data_root=data_root, data_prefix=split, **kwargs)
+
+    def full_init(self):
+        if self._fully_initialized:
+            return
+        super().full_init()
+        check_samples(self, type(self).__name__)

@@ -2,20 +2,85 @@
 
 ``dict(type='vit_plugin.LabelSubsetDataset', dataset=<any labelled dataset config>, num_per_class=5,
 seed=0)`` keeps ``num_per_class`` samples of every class and nothing else, so that "fine-tune with 5
-labels per class" is one line of a config. The draw is the few-shot draw of
-:func:`vit_plugin.evaluation.fewshot.sample_k_shot` (the one home of class-balanced sampling), which
-makes subsets *nested*: with the same seed the 1-per-class subset lies inside the 5-per-class one,
-which lies inside the 10-per-class one, so the curve of accuracy against labels compares training sets
+labels per class" is one line of a config. The draw is :func:`sample_k_shot`, the one home of
+class-balanced sampling (the few-shot evaluation draws its support sets with it too), which makes
+subsets *nested*: with the same seed the 1-per-class subset lies inside the 5-per-class one, which
+lies inside the 10-per-class one, so the curve of accuracy against labels compares training sets
 that only grow. Any sampler (``InfiniteSampler``, ``DefaultSampler``) then draws from the subset.
 """
 import copy
-from typing import Optional, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import torch
 from mmengine.dataset import BaseDataset
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 
 from vit_plugin.registry import DATASETS
+
+
+def as_labels(labels) -> np.ndarray:
+    """``labels`` (array-like or tensor) as a flat int64 array of class indices; an error for negative
+    or non-integer values."""
+    labels = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels).reshape(-1)
+    if labels.size and (labels.min() < 0 or not np.issubdtype(labels.dtype, np.integer)):
+        raise ValueError(f'labels must be non-negative integers (class indices), got dtype {labels.dtype} '
+                         f'with minimum {labels.min()}')
+    return labels.astype(np.int64)
+
+
+def sample_k_shot(labels,
+                  shots: Sequence[int],
+                  seed: int = 0,
+                  num_holdout_per_class: int = 0,
+                  num_classes: Optional[int] = None) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
+    """Seeded, class-balanced k-shot subsets of a labelled pool, plus a disjoint held-out split.
+
+    Each class's pool indices are shuffled once with the seed; the first ``num_holdout_per_class``
+    become the held-out split and the k-shot subset takes the next ``k``. Subsets are therefore nested
+    (1-shot within 5-shot within 10-shot ...) and never overlap the held-out split.
+
+    Args:
+        labels (array-like): Class index of every pool sample (M,).
+        shots (Sequence[int]): Shot counts, e.g. ``(1, 5, 10, 25)``.
+        seed (int): Seed of the draw; the same seed gives the same subsets. Defaults to 0.
+        num_holdout_per_class (int): Held-out samples per class (for choosing the regulariser).
+            Defaults to 0.
+        num_classes (int, optional): Number of classes; every class in ``range(num_classes)`` must have
+            enough samples. Defaults to None: the classes present in ``labels``.
+
+    Returns:
+        tuple: (dict shot -> sorted pool indices (k * classes,), sorted held-out indices).
+
+    Raises:
+        ValueError: if a class has fewer than ``max(shots) + num_holdout_per_class`` samples.
+    """
+    labels = as_labels(labels)
+    shots = sorted({int(k) for k in shots})
+    if not shots or shots[0] < 1:
+        raise ValueError(f'shots must be positive integers, got {shots}')
+    classes = np.arange(num_classes) if num_classes is not None else np.unique(labels)
+    needed = shots[-1] + num_holdout_per_class
+    rng = np.random.default_rng(seed)
+    subsets = {k: [] for k in shots}
+    holdout = []
+    short = []
+    for cls in classes:
+        members = np.flatnonzero(labels == cls)
+        if len(members) < needed:
+            short.append(f'class {int(cls)}: {len(members)}')
+            continue
+        members = rng.permutation(members)
+        holdout.extend(members[:num_holdout_per_class])
+        for k in shots:
+            subsets[k].extend(members[num_holdout_per_class:num_holdout_per_class + k])
+    if short:
+        raise ValueError(f'{max(shots)}-shot sampling with {num_holdout_per_class} held-out samples per class '
+                         f'needs {needed} samples of every class in the support pool, but '
+                         f'{", ".join(short[:10])}{" ..." if len(short) > 10 else ""}. Use fewer shots, '
+                         f'a smaller held-out split, or a larger support dataset.')
+    return {k: np.sort(np.asarray(v, dtype=np.int64)) for k, v in subsets.items()}, np.sort(
+        np.asarray(holdout, dtype=np.int64))
 
 
 def labels_of(dataset) -> np.ndarray:
@@ -35,7 +100,6 @@ def labels_of(dataset) -> np.ndarray:
 def class_balanced_indices(labels, num_per_class: int, seed: int = 0) -> np.ndarray:
     """Sorted indices of ``num_per_class`` samples of every class present in ``labels``, seeded and
     nested across ``num_per_class`` (see the module docstring)."""
-    from vit_plugin.evaluation.fewshot import sample_k_shot
     subsets, _ = sample_k_shot(labels, shots=[num_per_class], seed=seed)
     return subsets[num_per_class]
 

@@ -1,18 +1,27 @@
-"""A fused image loader and Inception crop for JPEG training data.
+"""Image loaders with checked decoding, and a fused loader + Inception crop for JPEG training data.
 
-``LoadImageFromFile`` + ``RandomResizedCrop`` decode every image at full resolution and then throw
-most of it away: the crop keeps 5-100 % of the area and is resized to 224 px. When the crop box is
-sampled *before* decoding (it needs only the image size, read from the JPEG header), a crop that is
-at least twice the output size in both directions can be decoded at 1/2, 1/4 or 1/8 of the
-resolution straight from the DCT coefficients (libjpeg's scaled IDCT, exposed by OpenCV's
-``IMREAD_REDUCED_COLOR_*`` flags), which skips much of the decoding work and never upsamples.
+Both loaders read files through :mod:`vit_plugin.datasets.decode`: a truncated file, a file that is no
+image, an unsupported sample layout or a header declaring more than ``max_pixels`` pixels raises an
+:class:`~vit_plugin.datasets.decode.ImageDecodeError` naming the file and the reason, before any large
+allocation; a valid file gives the pixels of Pillow's ``exif_transpose`` + ``convert('RGB')`` (in BGR
+order, as mmcv's loaders give them).
 
-The decoder is OpenCV's, already a dependency through mmcv. Measured on ImageNet-sized JPEGs on one
-core, the libjpeg-turbo decoders of OpenCV, torchvision and simplejpeg are within a few percent of
-each other and Pillow's is about 1.5x slower; OpenCV's also decodes at reduced DCT scale, applies the
-EXIF orientation and gives exactly the pixels of mmcv's ``LoadImageFromFile``, so no other decoder
-earns a place. ``tools/analysis/benchmark_pipeline.py`` times the decoders and the whole pipeline
-against mmpretrain's and torchvision's.
+* :class:`LoadImageFromFile` (``vit_plugin.LoadImageFromFile``) is mmcv's ``LoadImageFromFile`` with
+  that decoding: same arguments, same output keys.
+* :class:`LoadAndInceptionCrop` fuses it with ``RandomResizedCrop``. ``LoadImageFromFile`` +
+  ``RandomResizedCrop`` decode every image at full resolution and then throw most of it away: the crop
+  keeps 5-100 % of the area and is resized to 224 px. When the crop box is sampled *before* decoding
+  (it needs only the image size, read from the JPEG header), a crop that is at least twice the output
+  size in both directions can be decoded at 1/2, 1/4 or 1/8 of the resolution straight from the DCT
+  coefficients (libjpeg's scaled IDCT, exposed by OpenCV's ``IMREAD_REDUCED_COLOR_*`` flags), which
+  skips much of the decoding work and never upsamples.
+
+The JPEG decoder is OpenCV's, already a dependency through mmcv. Measured on ImageNet-sized JPEGs on
+one core, the libjpeg-turbo decoders of OpenCV, torchvision and simplejpeg are within a few percent of
+each other and Pillow's is about 1.5x slower; OpenCV's also decodes at reduced DCT scale and gives
+exactly the pixels of mmcv's ``LoadImageFromFile``, so no other decoder earns a place.
+``tools/analysis/benchmark_pipeline.py`` times the decoders, the checks and the whole pipeline against
+mmpretrain's and torchvision's.
 """
 import math
 import struct
@@ -22,25 +31,20 @@ import cv2
 import mmengine.fileio as fileio
 import numpy as np
 from mmcv.transforms import BaseTransform
+from mmcv.transforms import LoadImageFromFile as MMCVLoadImageFromFile
 
+from vit_plugin.datasets import decode
+from vit_plugin.datasets.decode import DEFAULT_MAX_PIXELS, inspect_image, orient
 from vit_plugin.registry import TRANSFORMS
-
-#: OpenCV flags that decode a JPEG at 1/factor of its size through libjpeg's scaled IDCT (EXIF
-#: orientation is applied, as with ``IMREAD_COLOR``, which mmcv's ``LoadImageFromFile`` uses).
-REDUCED_FLAGS = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
 
 INTERPOLATIONS = {'nearest': cv2.INTER_NEAREST, 'bilinear': cv2.INTER_LINEAR, 'bicubic': cv2.INTER_CUBIC,
                   'area': cv2.INTER_AREA, 'lanczos': cv2.INTER_LANCZOS4}
 
-#: EXIF orientations that transpose the stored image (width and height swap on decode).
-_TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
-#: Per EXIF orientation: whether the decoded image's rows and columns run backwards through the
+#: Per EXIF orientation: whether the displayed image's rows and columns run backwards through the
 #: stored ones. The 1/f grid of a reduced decode then starts at the far edge of that axis, which is
 #: off the full-resolution grid when the stored size is not a multiple of f.
 _REVERSED_AXES = {1: (False, False), 2: (False, True), 3: (True, True), 4: (True, False),
                   5: (False, False), 6: (False, True), 7: (True, True), 8: (True, False)}
-#: Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic coded).
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def inception_crop_box(height: int, width: int, crop_ratio_range: Tuple[float, float] = (0.08, 1.0),
@@ -89,49 +93,25 @@ def inception_crop_box(height: int, width: int, crop_ratio_range: Tuple[float, f
 
 
 def jpeg_header(data: bytes) -> Optional[Tuple[int, int, int]]:
-    """``(height, width, orientation)`` of a JPEG: its size as OpenCV decodes it (EXIF orientation
-    applied) and the EXIF orientation (1-8, 1 when absent), read from the markers before the first
-    scan; ``None`` when ``data`` is not a JPEG or its header is not understood (the caller then
-    decodes it in full).
+    """``(height, width, orientation)`` of a JPEG: its displayed size (EXIF orientation applied) and the
+    EXIF orientation (1-8, 1 when absent), read from the markers before the first scan; ``None`` when
+    ``data`` is not a JPEG or its header is not understood. :func:`vit_plugin.datasets.decode.inspect_image`
+    reads the same and also checks the file's completeness and size.
 
     A few marker lengths are read instead of opening the file with Pillow (about 1 us against 20-40
     us per image, 2-4 % of a whole ImageNet-sized decode).
     """
-    try:
-        if data[:2] != b'\xff\xd8':  # SOI
-            return None
-        pos, end, orientation = 2, len(data), 1
-        while pos + 4 <= end:
-            if data[pos] != 0xFF:
-                return None
-            marker = data[pos + 1]
-            if marker == 0xFF:  # fill byte before a marker
-                pos += 1
-                continue
-            if marker in _SOF_MARKERS:
-                height, width = struct.unpack_from('>HH', data, pos + 5)
-                if height == 0 or width == 0 or orientation not in _REVERSED_AXES:
-                    return None  # height 0: defined later by a DNL marker
-                if orientation in _TRANSPOSING_ORIENTATIONS:
-                    height, width = width, height
-                return height, width, orientation
-            if marker == 0xE1 and data[pos + 4:pos + 10] == b'Exif\x00\x00':
-                orientation = _exif_orientation(data, pos + 10)
-            pos += 2 + ((data[pos + 2] << 8) | data[pos + 3])
-    except (IndexError, struct.error):  # truncated header
+    if data[:3] != b'\xff\xd8\xff':
         return None
-    return None
-
-
-def _exif_orientation(data: bytes, tiff: int) -> int:
-    """Orientation tag (0x0112) of IFD0 of the TIFF structure at ``data[tiff:]``; 1 if absent."""
-    order = '<' if data[tiff:tiff + 2] == b'II' else '>'
-    ifd = tiff + struct.unpack_from(order + 'I', data, tiff + 4)[0]
-    for k in range(struct.unpack_from(order + 'H', data, ifd)[0]):
-        entry = ifd + 2 + 12 * k
-        if struct.unpack_from(order + 'H', data, entry)[0] == 0x0112:
-            return struct.unpack_from(order + 'H', data, entry + 8)[0]
-    return 1
+    try:
+        header = decode._jpeg_header(data)
+    except (ValueError, IndexError, struct.error):
+        return None
+    if header.height <= 0 or header.width <= 0:
+        return None
+    if header.orientation in decode.TRANSPOSING_ORIENTATIONS:
+        return header.width, header.height, header.orientation
+    return header.height, header.width, header.orientation
 
 
 def dct_factor(crop_h: int, crop_w: int, out_h: int, out_w: int, max_factor: int = 8) -> int:
@@ -144,11 +124,15 @@ def dct_factor(crop_h: int, crop_w: int, out_h: int, out_w: int, max_factor: int
     return factor
 
 
-def _decode(data: bytes, flag: int, path) -> np.ndarray:
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
-    if img is None:
-        raise ValueError(f'cannot decode the image {path!r}: not an image file, or a corrupt one')
-    return img
+def map_box(box: Tuple[int, int, int, int], size: Tuple[int, int], real: Tuple[int, int]
+            ) -> Tuple[int, int, int, int]:
+    """The box ``(top, left, h, w)`` drawn for an image of ``size`` (h, w), scaled onto ``real`` (h, w):
+    the same relative position and extent, at least one pixel, inside the image."""
+    (top, left, h, w), (sh, sw), (rh, rw) = box, size, real
+    y0, x0 = min(round(top * rh / sh), rh - 1), min(round(left * rw / sw), rw - 1)
+    y1 = min(max(round((top + h) * rh / sh), y0 + 1), rh)
+    x1 = min(max(round((left + w) * rw / sw), x0 + 1), rw)
+    return y0, x0, y1 - y0, x1 - x0
 
 
 @TRANSFORMS.register_module()
@@ -156,13 +140,20 @@ class LoadAndInceptionCrop(BaseTransform):
     """Load an image file, take an Inception crop and resize it: ``LoadImageFromFile`` followed by
     ``RandomResizedCrop`` in one step, with JPEG crops decoded at reduced resolution when large.
 
-    The crop box has exactly the distribution (and, for a given numpy seed, the value) of
-    mmpretrain's ``RandomResizedCrop``. When the crop is at least ``2 * scale`` in both directions,
-    a JPEG is decoded at 1/2, 1/4 or 1/8 resolution (the largest that keeps the crop at least
-    ``scale``) and the box is moved onto that pixel grid (by at most half an output pixel), which is
-    faster and anti-aliases the reduction (libjpeg low-passes each 8x8 block in the DCT domain).
-    Otherwise, and for other formats, the output is identical to the two-step pipeline's: the same
-    OpenCV decode, crop and resize.
+    The crop box is drawn once per image, from the size the file's header declares (the displayed
+    size: EXIF orientation applied), with exactly the distribution and the random draws of mmpretrain's
+    ``RandomResizedCrop``: for a given numpy seed, the boxes of a sequence of images equal
+    ``RandomResizedCrop``'s on the decoded images. The header and the decoder agree on every file
+    :func:`~vit_plugin.datasets.decode.inspect_image` accepts (the orientation is applied by us, not
+    by the decoder). Should a decoder still return another size, the image is decoded at full
+    resolution and the box is scaled onto its size (:func:`map_box`): it is never drawn a second time,
+    so the random stream, and every later box, stays what it would have been.
+
+    When the crop is at least ``2 * scale`` in both directions, a JPEG is decoded at 1/2, 1/4 or 1/8
+    resolution (the largest that keeps the crop at least ``scale``) and the box is moved onto that pixel
+    grid (by at most half an output pixel), which is faster and anti-aliases the reduction (libjpeg
+    low-passes each 8x8 block in the DCT domain). Otherwise, and for other formats, the output is
+    identical to the two-step pipeline's: the same OpenCV decode, crop and resize.
 
     **Required Keys:** ``img_path``.
 
@@ -181,8 +172,15 @@ class LoadAndInceptionCrop(BaseTransform):
             'lanczos'. Defaults to 'bilinear' (mmpretrain's default).
         max_dct_factor (int): Largest JPEG reduction used: 1 (always full resolution), 2, 4 or 8.
             Defaults to 8.
+        max_pixels (int, optional): Files whose header declares more pixels are refused (too large)
+            before decoding. Defaults to :data:`~vit_plugin.datasets.decode.DEFAULT_MAX_PIXELS`
+            (178,956,970); None: no limit.
         backend_args (dict, optional): mmengine file backend arguments, as for
             ``LoadImageFromFile``. Defaults to None (local files).
+
+    Raises:
+        ImageDecodeError: The file is truncated, not an image, of an unsupported mode, too large or
+            corrupt (the message names it).
     """
 
     def __init__(self,
@@ -192,6 +190,7 @@ class LoadAndInceptionCrop(BaseTransform):
                  max_attempts: int = 10,
                  interpolation: str = 'bilinear',
                  max_dct_factor: int = 8,
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
                  backend_args: Optional[dict] = None) -> None:
         if isinstance(scale, int):
             scale = (scale, scale)
@@ -207,12 +206,14 @@ class LoadAndInceptionCrop(BaseTransform):
             raise ValueError(f'interpolation must be one of {sorted(INTERPOLATIONS)}, got {interpolation!r}')
         if max_dct_factor not in (1, 2, 4, 8):
             raise ValueError(f'max_dct_factor must be 1, 2, 4 or 8, got {max_dct_factor!r}')
+        _check_max_pixels(max_pixels)
         self.scale = tuple(scale)
         self.crop_ratio_range = tuple(crop_ratio_range)
         self.aspect_ratio_range = tuple(aspect_ratio_range)
         self.max_attempts = max_attempts
         self.interpolation = interpolation
         self.max_dct_factor = max_dct_factor
+        self.max_pixels = max_pixels
         self.backend_args = backend_args.copy() if backend_args else None
 
     def _box(self, height: int, width: int) -> Tuple[int, int, int, int]:
@@ -223,41 +224,34 @@ class LoadAndInceptionCrop(BaseTransform):
         """Decode ``results['img_path']`` and write the resized crop (see the class docstring)."""
         path = results['img_path']
         data = fileio.get(path, backend_args=self.backend_args)
+        info = inspect_image(data, path, self.max_pixels)
+        height, width = info.height, info.width
+        box = top, left, crop_h, crop_w = self._box(height, width)  # the only draw
         out_h, out_w = self.scale
-        header = jpeg_header(data) if self.max_dct_factor > 1 else None
-        img = None
-        if header is not None:
-            height, width, orientation = header
-            top, left, crop_h, crop_w = self._box(height, width)
+        crop = None
+        factor = 1
+        if info.format == 'JPEG' and self.max_dct_factor > 1:
             factor = dct_factor(crop_h, crop_w, out_h, out_w, self.max_dct_factor)
-            if factor > 1:
-                img = _decode(data, REDUCED_FLAGS[factor], path)
-                # libjpeg's scaled output is ceil(size / factor); anything else means the header
-                # and the decoder disagree (e.g. on the orientation): decode in full instead.
-                if img.shape[:2] != (-(-height // factor), -(-width // factor)):
-                    img = None
-                else:
-                    # The box on the reduced pixel grid: each edge moves by at most half a reduced
-                    # pixel (at most half an output pixel, as the reduced crop is >= scale), so area
-                    # and aspect ratio change by under 1/scale; the offset was uniform anyway.
-                    # (An exact sub-pixel warp costs 3x the resize for no statistical difference.)
-                    rows_reversed, cols_reversed = _REVERSED_AXES[orientation]
-                    oy = height - img.shape[0] * factor if rows_reversed else 0  # grid origin, <= 0
-                    ox = width - img.shape[1] * factor if cols_reversed else 0
-                    y0, x0 = round((top - oy) / factor), round((left - ox) / factor)
-                    y1 = min(round((top + crop_h - oy) / factor), img.shape[0])
-                    x1 = min(round((left + crop_w - ox) / factor), img.shape[1])
-                    crop = img[y0:y1, x0:x1]
-            else:
-                img = _decode(data, cv2.IMREAD_COLOR, path)
-                if img.shape[:2] != (height, width):
-                    img = None
-                else:
-                    crop = img[top:top + crop_h, left:left + crop_w]
-        if img is None:  # not a JPEG, DCT scaling off, or a header the decoder disagreed with
-            img = _decode(data, cv2.IMREAD_COLOR, path)
-            height, width = img.shape[:2]
-            top, left, crop_h, crop_w = self._box(height, width)
+        if factor > 1:
+            stored = decode.decode_stored(data, path, info, factor=factor)
+            if stored.shape[:2] == decode.reduced_shape(info, factor):
+                img = orient(stored, info.orientation)
+                # The box on the reduced pixel grid: each edge moves by at most half a reduced
+                # pixel (at most half an output pixel, as the reduced crop is >= scale), so area
+                # and aspect ratio change by under 1/scale; the offset was uniform anyway.
+                # (An exact sub-pixel warp costs 3x the resize for no statistical difference.)
+                rows_reversed, cols_reversed = _REVERSED_AXES[info.orientation]
+                oy = height - img.shape[0] * factor if rows_reversed else 0  # grid origin, <= 0
+                ox = width - img.shape[1] * factor if cols_reversed else 0
+                y0, x0 = round((top - oy) / factor), round((left - ox) / factor)
+                y1 = min(round((top + crop_h - oy) / factor), img.shape[0])
+                x1 = min(round((left + crop_w - ox) / factor), img.shape[1])
+                crop = img[y0:y1, x0:x1]
+        if crop is None:  # full resolution: small crops, other formats, or a decoder that disagreed
+            img = orient(decode.decode_stored(data, path, info), info.orientation)
+            if img.shape[:2] != (height, width):  # not the header's size: move the box, draw nothing
+                top, left, crop_h, crop_w = map_box(box, (height, width), img.shape[:2])
+                height, width = img.shape[:2]
             crop = img[top:top + crop_h, left:left + crop_w]
         out = cv2.resize(crop, (out_w, out_h), interpolation=INTERPOLATIONS[self.interpolation])
         results['img'] = out
@@ -268,4 +262,78 @@ class LoadAndInceptionCrop(BaseTransform):
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(scale={self.scale}, crop_ratio_range={self.crop_ratio_range}, '
                 f'aspect_ratio_range={self.aspect_ratio_range}, max_attempts={self.max_attempts}, '
-                f'interpolation={self.interpolation!r}, max_dct_factor={self.max_dct_factor})')
+                f'interpolation={self.interpolation!r}, max_dct_factor={self.max_dct_factor}, '
+                f'max_pixels={self.max_pixels})')
+
+
+def _check_max_pixels(max_pixels) -> None:
+    if max_pixels is not None and (not isinstance(max_pixels, int) or max_pixels <= 0):
+        raise ValueError(f'max_pixels must be a positive int or None (no limit), got {max_pixels!r}')
+
+
+@TRANSFORMS.register_module()
+class LoadImageFromFile(MMCVLoadImageFromFile):
+    """mmcv's ``LoadImageFromFile`` with checked decoding: the right pixels or a named error.
+
+    A drop-in replacement (``type='vit_plugin.LoadImageFromFile'``, the same arguments and output
+    keys ``img``, ``img_shape``, ``ori_shape``) that decodes through
+    :func:`vit_plugin.datasets.decode.decode_image`: a truncated file, a file that is no image, an
+    unsupported mode, or a header declaring more than ``max_pixels`` pixels raises an
+    ``ImageDecodeError`` naming the file and the reason (mmcv's raises ``AssertionError: failed to
+    load image`` for some of them and decodes the others, e.g. a truncated file that the OpenCV build
+    fills with grey, or a 30,000 x 30,000 header that it allocates). A result that already holds an
+    ``img`` and no ``img_path`` (an inferencer that loaded the image itself) passes through.
+
+    Args:
+        to_float32 (bool): Return float32 pixels. Defaults to False.
+        color_type (str): 'color', 'grayscale', 'unchanged', 'color_ignore_orientation' or
+            'grayscale_ignore_orientation' (mmcv's names). Defaults to 'color'.
+        imdecode_backend (str): 'cv2' or 'pillow' (GIF and TIFF are always read by Pillow). mmcv's
+            'turbojpeg' and 'tifffile' are refused: their output is not checked. Defaults to 'cv2'.
+        file_client_args (dict, optional): Deprecated in mmcv, as there. Defaults to None.
+        ignore_empty (bool): Must stay False: mmcv's True makes the dataset replace any unreadable
+            file by a random other one, silently. ``vit_plugin.SkipBadSamples`` replaces bad files
+            deterministically, logs and counts them, and stops past a limit.
+        backend_args (dict, optional): mmengine file backend arguments. Defaults to None.
+        max_pixels (int, optional): Largest accepted height x width. Defaults to
+            :data:`~vit_plugin.datasets.decode.DEFAULT_MAX_PIXELS`; None: no limit.
+    """
+
+    def __init__(self, to_float32: bool = False, color_type: str = 'color', imdecode_backend: str = 'cv2',
+                 file_client_args: Optional[dict] = None, ignore_empty: bool = False, *,
+                 backend_args: Optional[dict] = None, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> None:
+        if ignore_empty:
+            raise ValueError('vit_plugin.LoadImageFromFile(ignore_empty=True) would replace unreadable files by '
+                             'random other samples without a word; wrap the training dataset in '
+                             "dict(type='vit_plugin.SkipBadSamples', dataset=..., max_fraction=...) instead, "
+                             'which logs and counts every skipped file (docs/configs.md).')
+        if color_type not in decode.COLOR_TYPES:
+            raise ValueError(f'color_type must be one of {sorted(decode.COLOR_TYPES)}, got {color_type!r}')
+        if imdecode_backend not in decode.BACKENDS:
+            raise ValueError(f'imdecode_backend must be one of {decode.BACKENDS}, got {imdecode_backend!r} '
+                             f"(use mmcv's LoadImageFromFile for other backends; their files are not checked)")
+        _check_max_pixels(max_pixels)
+        super().__init__(to_float32=to_float32, color_type=color_type, imdecode_backend=imdecode_backend,
+                         file_client_args=file_client_args, ignore_empty=False, backend_args=backend_args)
+        self.max_pixels = max_pixels
+
+    def transform(self, results: dict) -> dict:
+        if 'img_path' not in results and 'img' in results:
+            return results
+        filename = results['img_path']
+        if self.file_client_args is not None:
+            data = fileio.FileClient.infer_client(self.file_client_args, filename).get(filename)
+        else:
+            data = fileio.get(filename, backend_args=self.backend_args)
+        img = decode.decode_image(data, filename, self.color_type, self.imdecode_backend, self.max_pixels)
+        if self.to_float32:
+            img = img.astype(np.float32)
+        results['img'] = img
+        results['img_shape'] = img.shape[:2]
+        results['ori_shape'] = img.shape[:2]
+        return results
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(to_float32={self.to_float32}, color_type={self.color_type!r}, '
+                f'imdecode_backend={self.imdecode_backend!r}, max_pixels={self.max_pixels}, '
+                f'backend_args={self.backend_args})')

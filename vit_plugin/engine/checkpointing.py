@@ -10,6 +10,8 @@
 * :func:`find_resumable_checkpoint` is what ``tools/train.py --resume`` (without a path) uses: the
   newest checkpoint of the work dir whose file is intact, skipping (with a warning naming it) one that
   is truncated or corrupt.
+* A sharded checkpoint (a directory written by :class:`vit_plugin.FSDP2Strategy`) is complete once
+  its :data:`COMPLETE_MARKER` exists (:func:`sharded_checkpoint_problem`).
 """
 import os
 import os.path as osp
@@ -22,15 +24,24 @@ from mmengine.fileio import LocalBackend, register_backend
 from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.hooks import CheckpointHook
 
+from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
 from vit_plugin.registry import HOOKS
 
 #: Name of the file in which mmengine's CheckpointHook records the newest checkpoint.
 LAST_CHECKPOINT = 'last_checkpoint'
 #: Suffix of a file being written; it is renamed to its final name only once complete.
 PARTIAL_SUFFIX = '.part'
+#: Suffix of a complete sharded checkpoint directory moved aside while a new one takes its name
+#: (:func:`vit_plugin.engine.fsdp2.commit_directory`); a resume point only when the name is missing.
+ASIDE_SUFFIX = '.old'
 ATOMIC_BACKEND = 'vit_plugin_atomic_local'
 #: Periodic/last runner checkpoints (``iter_N.pth``, ``epoch_N.pth``); ``best_*`` files are not resume points.
 _CHECKPOINT_NAME = re.compile(r'^(iter|epoch)_(\d+)\.pth$')
+#: File marking a sharded checkpoint directory as complete (written last, by rank 0).
+COMPLETE_MARKER = '.complete'
+#: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
+EXTRA_FILE = 'extra.pth'
+_ASIDE_NAME = re.compile(r'^((?:iter|epoch)_(\d+)\.pth)' + re.escape(ASIDE_SUFFIX) + '$')
 
 
 def atomic_write_bytes(data: bytes, path: str) -> None:
@@ -54,7 +65,11 @@ def publish_partial(partial: str, path: str) -> None:
     with open(partial, 'rb+') as f:
         os.fsync(f.fileno())
     os.replace(partial, path)
-    directory = osp.dirname(osp.abspath(path))
+    fsync_directory(osp.dirname(osp.abspath(path)))
+
+
+def fsync_directory(directory: str) -> None:
+    """Flush the entries of ``directory`` (renames into it) to disk, where the file system allows."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # e.g. a file system that cannot open directories; the rename itself is done
@@ -114,19 +129,40 @@ def read_last_checkpoint(work_dir: str) -> Optional[str]:
 
 def checkpoint_candidates(work_dir: str) -> List[str]:
     """Resume points of ``work_dir``, newest first: its ``iter_N.pth`` / ``epoch_N.pth`` files ordered by
-    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere."""
+    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere. A
+    sharded directory moved aside while its name was being rewritten (``iter_N.pth.old``, see
+    :func:`vit_plugin.engine.fsdp2.commit_directory`) stands in for ``iter_N.pth`` when a crash left
+    that name missing."""
     found = {}
     if osp.isdir(work_dir):
-        for name in os.listdir(work_dir):
+        names = set(os.listdir(work_dir))
+        for name in names:
             match = _CHECKPOINT_NAME.match(name)
             path = osp.join(work_dir, name)
             if match and osp.exists(path):
                 found[path] = int(match.group(2))
+            aside = _ASIDE_NAME.match(name)
+            if aside and aside.group(1) not in names and osp.isdir(path):
+                found[path] = int(aside.group(2))
     recorded = read_last_checkpoint(work_dir)
     if recorded is not None and recorded not in found:
         match = _CHECKPOINT_NAME.match(osp.basename(recorded))
         found[recorded] = int(match.group(2)) if match else -1
     return sorted(found, key=lambda p: (found[p], osp.getmtime(p)), reverse=True)
+
+
+def is_sharded_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a sharded (DCP) checkpoint directory written by ``vit_plugin.FSDP2Strategy``."""
+    return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
+
+
+def sharded_checkpoint_problem(path: str) -> Optional[str]:
+    """Why the sharded checkpoint directory ``path`` cannot be resumed from, or None when complete."""
+    missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
+    if missing:
+        return (f'is an incomplete sharded checkpoint (no {" or ".join(missing)}: its save was '
+                f'interrupted)')
+    return None
 
 
 def checkpoint_problem(path: str) -> Optional[str]:
@@ -138,7 +174,6 @@ def checkpoint_problem(path: str) -> Optional[str]:
     loaded once to find out.
     """
     if osp.isdir(path):  # a sharded checkpoint (vit_plugin.engine.fsdp2): complete once renamed and marked
-        from vit_plugin.engine.fsdp2 import sharded_checkpoint_problem
         return sharded_checkpoint_problem(path)
     try:
         with open(path, 'rb') as f:
@@ -154,7 +189,6 @@ def checkpoint_problem(path: str) -> Optional[str]:
         except Exception as err:  # zlib errors of damaged compressed records, among others
             return f'is corrupt ({type(err).__name__}: {err})'
         return None if bad is None else f'is corrupt (record {bad!r} fails its CRC check)'
-    from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
     try:
         load_local_checkpoint(path, map_location='cpu')
     except CheckpointError as err:

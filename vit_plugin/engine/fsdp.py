@@ -4,12 +4,8 @@ from typing import Optional, Sequence
 
 import torch.nn as nn
 
+from vit_plugin.models.layers import EncoderBlock
 from vit_plugin.registry import FUNCTIONS
-
-
-def _default_block_types():
-    from vit_plugin.models.layers import EncoderBlock
-    return (EncoderBlock, )
 
 
 @FUNCTIONS.register_module()
@@ -30,4 +26,4 @@ def vit_block_wrap_policy(module: nn.Module, recurse: bool, nonwrapped_numel: in
     """
     if recurse:
         return True
-    return isinstance(module, tuple(block_types) if block_types else _default_block_types())
+    return isinstance(module, tuple(block_types) if block_types else (EncoderBlock, ))

@@ -10,8 +10,11 @@ passes. Unlike torch's FSDP1, FSDP2 runs on CPU hosts with the Gloo backend as w
 A checkpoint is a directory ``iter_N.pth/`` (mmengine's checkpoint names are kept, so its hooks rotate
 and record it as usual) holding the DCP files, to which every process writes its own shards, and
 ``extra.pth`` (iteration, schedulers, log history; written by rank 0). It is written to
-``iter_N.pth.part/`` and renamed once every process has finished, then the marker
-:data:`COMPLETE_MARKER` is added: a directory without it is incomplete and ``--resume`` skips it.
+``iter_N.pth.part/``, completed by the marker :data:`COMPLETE_MARKER` once every process has finished
+(a directory without it is incomplete and ``--resume`` skips it), and renamed into place. A save under
+an existing name first moves the old directory aside (``iter_N.pth.old/``), renames the new one in,
+then deletes the old one, so that at every moment one complete checkpoint exists under one of the two
+names; ``--resume`` takes the aside copy when a crash left no ``iter_N.pth``.
 DCP reshards on load, so a checkpoint resumes at another number of processes (also at one, where the
 model is not sharded). ``tools/consolidate_checkpoint.py`` turns it into an ordinary single-file
 checkpoint.
@@ -32,26 +35,32 @@ from mmengine.registry import FUNCTIONS
 from mmengine._strategy import DDPStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from vit_plugin.checkpoint.safe_load import safe_torch_load
+from vit_plugin.engine.checkpointing import (ASIDE_SUFFIX, COMPLETE_MARKER, EXTRA_FILE, PARTIAL_SUFFIX,
+                                             atomic_write_bytes, checkpoint_problem, fsync_directory,
+                                             is_sharded_checkpoint, sharded_checkpoint_problem)
 from vit_plugin.registry import STRATEGIES
 
-#: File marking a sharded checkpoint directory as complete (written last, by rank 0).
-COMPLETE_MARKER = '.complete'
-#: The non-tensor part of a sharded checkpoint (meta, schedulers, message hub).
-EXTRA_FILE = 'extra.pth'
 
+def commit_directory(partial: str, filename: str) -> None:
+    """Move the complete checkpoint directory ``partial`` to ``filename`` without a moment in which
+    neither the old nor the new checkpoint is complete under its name.
 
-def is_sharded_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a sharded (DCP) checkpoint directory written by :class:`FSDP2Strategy`."""
-    return osp.isdir(path) and osp.isfile(osp.join(path, EXTRA_FILE))
-
-
-def sharded_checkpoint_problem(path: str) -> Optional[str]:
-    """Why the sharded checkpoint directory ``path`` cannot be resumed from, or None when complete."""
-    missing = [name for name in (COMPLETE_MARKER, EXTRA_FILE) if not osp.isfile(osp.join(path, name))]
-    if missing:
-        return (f'is an incomplete sharded checkpoint (no {" or ".join(missing)}: its save was '
-                f'interrupted)')
-    return None
+    An existing ``filename`` (complete: only complete directories are ever renamed to it) is renamed to
+    ``filename + ASIDE_SUFFIX``, ``partial`` is renamed to ``filename`` (the commit), then the aside
+    copy is deleted. A crash between the two renames leaves the old checkpoint complete under the
+    aside name, which :func:`vit_plugin.engine.checkpointing.checkpoint_candidates` offers to
+    ``--resume`` when ``filename`` is missing. An aside copy left by such a crash is deleted once a new
+    ``filename`` is in place.
+    """
+    aside = filename + ASIDE_SUFFIX
+    if osp.exists(filename):
+        if osp.exists(aside):  # an older aside copy; filename itself is complete
+            shutil.rmtree(aside)
+        os.replace(filename, aside)
+    os.replace(partial, filename)  # the commit
+    fsync_directory(osp.dirname(osp.abspath(filename)))
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _shard_placement(world_size: int) -> Callable:
@@ -81,9 +90,6 @@ def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
     import tempfile
 
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from vit_plugin.checkpoint.safe_load import safe_torch_load
-    from vit_plugin.engine.checkpointing import atomic_write_bytes, checkpoint_problem
 
     problem = checkpoint_problem(src) if osp.isdir(src) else f'is not a sharded checkpoint directory'
     if problem is not None:
@@ -207,19 +213,22 @@ class FSDP2Strategy(DDPStrategy):
             tensors['ema'] = extra.pop('ema_state_dict')
             extra['meta']['ema'] = True
 
-        partial = filename + '.part'
+        partial = filename + PARTIAL_SUFFIX
         if is_main_process():
             shutil.rmtree(partial, ignore_errors=True)  # debris of an earlier interrupted save
             os.makedirs(partial)
         _barrier()
         dcp.save(tensors, checkpoint_id=partial)
         if is_main_process():  # every shard is written (dcp.save returns after all processes finished)
-            torch.save(extra, osp.join(partial, EXTRA_FILE))
+            with open(osp.join(partial, EXTRA_FILE), 'wb') as f:
+                torch.save(extra, f)
+                f.flush()
+                os.fsync(f.fileno())
             with open(osp.join(partial, COMPLETE_MARKER), 'w') as f:
                 f.write('complete\n')
-            if osp.exists(filename):
-                shutil.rmtree(filename)
-            os.replace(partial, filename)  # the commit: the final name only ever holds a complete save
+                f.flush()
+                os.fsync(f.fileno())
+            commit_directory(partial, filename)
         _barrier()
         self.logger.info(f'Saved sharded checkpoint {filename} in {time.perf_counter() - start:.2f} s')
 
@@ -230,7 +239,6 @@ class FSDP2Strategy(DDPStrategy):
         problem = sharded_checkpoint_problem(filename)
         if problem is not None:
             raise FileNotFoundError(f'{filename} {problem}; resume from an older one.')
-        from vit_plugin.checkpoint.safe_load import safe_torch_load
         optimizers = self.optim_wrapper.optimizer if with_optimizer else []
         model_sd, optim_sd = get_state_dict(self.model, optimizers)
         tensors = {'model': model_sd}

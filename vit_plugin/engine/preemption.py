@@ -13,6 +13,7 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.optim import OptimWrapperDict
 from mmengine.runner import IterBasedTrainLoop
 
+from vit_plugin.engine.checkpointing import write_last_checkpoint
 from vit_plugin.registry import HOOKS
 
 #: Exit status of a run stopped by a signal after writing its checkpoint (``EX_TEMPFAIL`` of
@@ -239,7 +240,6 @@ class PreemptionHook(Hook):
             return
         hook = hooks[0]
         if hook.by_epoch:  # its file names and rotation count epochs; this checkpoint is an iteration's
-            from vit_plugin.engine.checkpointing import write_last_checkpoint
             filename = f'iter_{self.stopped_at}.pth'
             runner.save_checkpoint(hook.out_dir, filename, save_optimizer=hook.save_optimizer,
                                    save_param_scheduler=hook.save_param_scheduler, by_epoch=False,

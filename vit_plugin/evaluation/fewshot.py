@@ -4,9 +4,9 @@ The paper maps the frozen representation of a few training images per class to {
 vectors with regularised least squares, solved in closed form, and reports the top-1 accuracy of the
 resulting linear classifier. This module is the one home of that computation:
 
-* :func:`sample_k_shot` draws the seeded, class-balanced k-shot subsets (nested: the 1-shot subset is
-  part of the 5-shot subset, and so on, so accuracies across shots are comparable) plus a disjoint
-  held-out split used to choose the regulariser;
+* :func:`~vit_plugin.datasets.label_subset.sample_k_shot` draws the seeded, class-balanced k-shot
+  subsets (nested: the 1-shot subset is part of the 5-shot subset, and so on, so accuracies across
+  shots are comparable) plus a disjoint held-out split used to choose the regulariser;
 * :class:`RidgeSolver` factorises the support features once (SVD in float64) so that the solution for
   every regulariser of a grid costs only a few matrix products;
 * :func:`fewshot_linear_eval` ties both together for a set of shot counts.
@@ -20,6 +20,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from vit_plugin.datasets.label_subset import as_labels, sample_k_shot
+
 #: Regularisers tried by default: 2^-10 ... 2^19 (on standardised features).
 DEFAULT_L2_GRID = tuple(2.0**i for i in range(-10, 20))
 
@@ -30,17 +32,9 @@ def _as_float64(array) -> torch.Tensor:
     return torch.as_tensor(array).detach().to('cpu', torch.float64)
 
 
-def _as_labels(labels) -> np.ndarray:
-    labels = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels).reshape(-1)
-    if labels.size and (labels.min() < 0 or not np.issubdtype(labels.dtype, np.integer)):
-        raise ValueError(f'labels must be non-negative integers (class indices), got dtype {labels.dtype} '
-                         f'with minimum {labels.min()}')
-    return labels.astype(np.int64)
-
-
 def signed_one_hot(labels, num_classes: int) -> torch.Tensor:
     """Class indices -> targets in {-1, 1}^K (1 for the true class, -1 elsewhere), float64."""
-    labels = torch.as_tensor(_as_labels(labels))
+    labels = torch.as_tensor(as_labels(labels))
     if labels.numel() and int(labels.max()) >= num_classes:
         raise ValueError(f'label {int(labels.max())} is out of range for num_classes={num_classes}')
     targets = torch.full((labels.numel(), num_classes), -1.0, dtype=torch.float64)
@@ -107,65 +101,11 @@ class RidgeSolver:
 
     def accuracy(self, features, labels, l2: float) -> float:
         """Top-1 accuracy in percent of the argmax of :meth:`predict`."""
-        labels = torch.as_tensor(_as_labels(labels))
+        labels = torch.as_tensor(as_labels(labels))
         if labels.numel() == 0:
             raise ValueError('cannot measure accuracy on an empty set')
         pred = self.predict(features, l2).argmax(1)
         return float((pred == labels).double().mean() * 100)
-
-
-def sample_k_shot(labels,
-                  shots: Sequence[int],
-                  seed: int = 0,
-                  num_holdout_per_class: int = 0,
-                  num_classes: Optional[int] = None) -> Tuple[Dict[int, np.ndarray], np.ndarray]:
-    """Seeded, class-balanced k-shot subsets of a labelled pool, plus a disjoint held-out split.
-
-    Each class's pool indices are shuffled once with the seed; the first ``num_holdout_per_class``
-    become the held-out split and the k-shot subset takes the next ``k``. Subsets are therefore nested
-    (1-shot within 5-shot within 10-shot ...) and never overlap the held-out split.
-
-    Args:
-        labels (array-like): Class index of every pool sample (M,).
-        shots (Sequence[int]): Shot counts, e.g. ``(1, 5, 10, 25)``.
-        seed (int): Seed of the draw; the same seed gives the same subsets. Defaults to 0.
-        num_holdout_per_class (int): Held-out samples per class (for choosing the regulariser).
-            Defaults to 0.
-        num_classes (int, optional): Number of classes; every class in ``range(num_classes)`` must have
-            enough samples. Defaults to None: the classes present in ``labels``.
-
-    Returns:
-        tuple: (dict shot -> sorted pool indices (k * classes,), sorted held-out indices).
-
-    Raises:
-        ValueError: if a class has fewer than ``max(shots) + num_holdout_per_class`` samples.
-    """
-    labels = _as_labels(labels)
-    shots = sorted({int(k) for k in shots})
-    if not shots or shots[0] < 1:
-        raise ValueError(f'shots must be positive integers, got {shots}')
-    classes = np.arange(num_classes) if num_classes is not None else np.unique(labels)
-    needed = shots[-1] + num_holdout_per_class
-    rng = np.random.default_rng(seed)
-    subsets = {k: [] for k in shots}
-    holdout = []
-    short = []
-    for cls in classes:
-        members = np.flatnonzero(labels == cls)
-        if len(members) < needed:
-            short.append(f'class {int(cls)}: {len(members)}')
-            continue
-        members = rng.permutation(members)
-        holdout.extend(members[:num_holdout_per_class])
-        for k in shots:
-            subsets[k].extend(members[num_holdout_per_class:num_holdout_per_class + k])
-    if short:
-        raise ValueError(f'{max(shots)}-shot sampling with {num_holdout_per_class} held-out samples per class '
-                         f'needs {needed} samples of every class in the support pool, but '
-                         f'{", ".join(short[:10])}{" ..." if len(short) > 10 else ""}. Use fewer shots, '
-                         f'a smaller held-out split, or a larger support dataset.')
-    return {k: np.sort(np.asarray(v, dtype=np.int64)) for k, v in subsets.items()}, np.sort(
-        np.asarray(holdout, dtype=np.int64))
 
 
 def select_l2(solver: RidgeSolver, features, labels, l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> Tuple[float, float]:
@@ -219,7 +159,7 @@ def fewshot_linear_eval(support_feats,
         dict: shot -> dict(top1=query accuracy %, l2=chosen regulariser, holdout_top1=held-out
         accuracy % (None without held-out split), num_support=k * K).
     """
-    support_labels, query_labels = _as_labels(support_labels), _as_labels(query_labels)
+    support_labels, query_labels = as_labels(support_labels), as_labels(query_labels)
     if num_classes is None:
         num_classes = int(max(support_labels.max(initial=-1), query_labels.max(initial=-1))) + 1
     if num_holdout_per_class == 0 and len(l2_grid) != 1:

@@ -1,5 +1,4 @@
 from .backbones import *  # noqa: F401,F403
-from .heads import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403
 from .input_norm import check_input_normalization
 from .patch_resize import resize_patch_embed

@@ -1,4 +1,4 @@
-"""Building blocks of the ViT encoder: patch embedding, attention, MLP and the pre-norm block.
+"""Building blocks of the ViT encoder: patch embedding, attention, MLPs, layer scale and the pre-norm block.
 
 Parameter names follow timm's (``patch_embed.proj``, ``blocks.N.attn.qkv`` ...) so that converting to
 and from timm is a renaming-free copy and third-party tooling that knows timm's layout works on ours.
@@ -24,6 +24,25 @@ def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
     return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
 
 
+def pad_to_patch_multiple(x: torch.Tensor, patch_size: Tuple[int, int], mode: str = 'corner') -> torch.Tensor:
+    """Zero-pad images (..., H, W) up to the next multiple of the patch size (mmcv's adaptive padding).
+
+    Args:
+        x (Tensor): Images or feature maps (..., H, W).
+        patch_size (tuple[int, int]): Patch height and width.
+        mode (str): 'corner' pads the bottom and right; 'same' splits the padding between both sides,
+            the odd pixel at the bottom/right. Defaults to 'corner'.
+    """
+    pad_h, pad_w = (-x.shape[-2]) % patch_size[0], (-x.shape[-1]) % patch_size[1]
+    if not (pad_h or pad_w):
+        return x
+    if mode == 'corner':
+        return F.pad(x, (0, pad_w, 0, pad_h))
+    if mode == 'same':
+        return F.pad(x, (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2))
+    raise ValueError(f"padding mode must be 'corner' or 'same', got {mode!r}")
+
+
 class PatchEmbed(nn.Module):
     """Split an image into non-overlapping patches and project each one linearly.
 
@@ -33,12 +52,15 @@ class PatchEmbed(nn.Module):
         patch_size (tuple[int, int]): Patch height and width.
         in_channels (int): Input channels. Defaults to 3.
         embed_dims (int): Output width D. Defaults to 768.
+        bias (bool): Bias of the projection. Defaults to True (models with a LayerNorm right after the
+            embedding, CLIP's ``pre_norm``, have none).
     """
 
-    def __init__(self, patch_size: Tuple[int, int], in_channels: int = 3, embed_dims: int = 768):
+    def __init__(self, patch_size: Tuple[int, int], in_channels: int = 3, embed_dims: int = 768, bias: bool = True):
         super().__init__()
         self.patch_size = tuple(patch_size)
-        self.proj = nn.Conv2d(in_channels, embed_dims, kernel_size=self.patch_size, stride=self.patch_size)
+        self.proj = nn.Conv2d(in_channels, embed_dims, kernel_size=self.patch_size, stride=self.patch_size,
+                              bias=bias)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """(B, C, H, W) -> tokens (B, h*w, D) and the patch grid (h, w)."""
@@ -266,6 +288,17 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
     return attn.proj_drop(attn.proj(out))
 
 
+class QuickGELU(nn.Module):
+    """``x * sigmoid(1.702 x)``: the sigmoid approximation of GELU that OpenAI's CLIP was trained with."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+#: MLP activations by name: 'gelu' (exact or tanh, see :class:`Mlp`) and CLIP's 'quick_gelu'.
+ACTIVATIONS = ('gelu', 'quick_gelu')
+
+
 class Mlp(nn.Module):
     """Two dense layers with GELU in between (the Transformer's MLP block).
 
@@ -275,12 +308,17 @@ class Mlp(nn.Module):
         gelu_approximate (str): 'none' for exact GELU (PyTorch/timm) or 'tanh' for the approximation
             the official Flax model uses. Defaults to 'none'.
         drop (float): Dropout after each dense layer while training. Defaults to 0.
+        activation (str): 'gelu', or 'quick_gelu' for CLIP's :class:`QuickGELU` (then
+            ``gelu_approximate`` is not used). Defaults to 'gelu'.
     """
 
-    def __init__(self, embed_dims: int, hidden_dims: int, gelu_approximate: str = 'none', drop: float = 0.):
+    def __init__(self, embed_dims: int, hidden_dims: int, gelu_approximate: str = 'none', drop: float = 0.,
+                 activation: str = 'gelu'):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f'activation must be one of {ACTIVATIONS}, got {activation!r}')
         self.fc1 = nn.Linear(embed_dims, hidden_dims)
-        self.act = nn.GELU(approximate=gelu_approximate)
+        self.act = nn.GELU(approximate=gelu_approximate) if activation == 'gelu' else QuickGELU()
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop2 = nn.Dropout(drop)
@@ -289,13 +327,68 @@ class Mlp(nn.Module):
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
 
+def swiglu_hidden_dims(mlp_dims: int) -> int:
+    """Hidden width of each half of a SwiGLU MLP standing in for a GELU MLP of width ``mlp_dims``.
+
+    Two thirds of it (SwiGLU has three matrices where the GELU MLP has two, so the parameter count
+    stays about the same), rounded up to a multiple of 8: the rule of DINOv2 and of mmpretrain's
+    ``SwiGLUFFNFused`` (6144 -> 4096 for DINOv2-g).
+    """
+    return (int(mlp_dims * 2 / 3) + 7) // 8 * 8
+
+
+class SwiGLUMlp(nn.Module):
+    """SwiGLU MLP with one packed input projection: ``fc2(silu(a) * b)`` where ``(a, b) = fc1(x)`` halves.
+
+    DINOv2-g's MLP (Shazeer, "GLU Variants Improve Transformer"). The names equal timm's
+    ``SwiGLUPacked`` (``fc1`` makes both halves, gate first), so its DINOv2 weights copy as they are;
+    mmpretrain's ``SwiGLUFFNFused`` calls them ``w12`` and ``w3``.
+
+    Args:
+        embed_dims (int): Input/output width D.
+        hidden_dims (int): Width of each half (see :func:`swiglu_hidden_dims`).
+        drop (float): Dropout after the gating and after ``fc2`` while training. Defaults to 0.
+    """
+
+    def __init__(self, embed_dims: int, hidden_dims: int, drop: float = 0.):
+        super().__init__()
+        self.fc1 = nn.Linear(embed_dims, 2 * hidden_dims)
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_dims, embed_dims)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)
+        return self.drop2(self.fc2(self.drop1(F.silu(gate) * value)))
+
+
+class LayerScale(nn.Module):
+    """Learned per-channel scale of a residual branch (CaiT; DINOv2 starts it at 1e-5).
+
+    Args:
+        embed_dims (int): Channels.
+        init_value (float): Initial value of every channel's scale.
+    """
+
+    def __init__(self, embed_dims: int, init_value: float):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((embed_dims, ), float(init_value)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder block: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
+
+    With layer scale each branch output is multiplied by a learned per-channel scale before it is
+    added: ``x + ls1 * MSA(LN(x))``, ``x + ls2 * MLP(LN(x))`` (DINOv2).
 
     Args:
         embed_dims (int): Token width D.
         num_heads (int): Attention heads.
-        mlp_dims (int): MLP hidden width.
+        mlp_dims (int): MLP hidden width (for a SwiGLU MLP the nominal width its halves derive from,
+            see :func:`swiglu_hidden_dims`).
         qkv_bias (bool): Defaults to True.
         drop (float): Dropout after attention projection and in the MLP. Defaults to 0.
         attn_drop (float): Dropout on attention weights. Defaults to 0.
@@ -310,12 +403,18 @@ class EncoderBlock(nn.Module):
         rel_pos_grid (tuple[int, int], optional): Add ViTDet's decomposed relative position bias,
             with tables made for this patch grid (global blocks; resized to other grids on the fly).
             Windowed blocks size theirs to the window. Defaults to None: no relative bias.
+        layer_scale_init_value (float): If > 0, scale both branches by :class:`LayerScale` (``ls1``,
+            ``ls2``) starting at this value. Defaults to 0 (no layer scale, as in the paper).
+        ffn_type (str): 'origin' for the GELU :class:`Mlp`, 'swiglu_fused' for :class:`SwiGLUMlp`
+            (mmpretrain's names). Defaults to 'origin'.
+        activation (str): Activation of the 'origin' MLP, see :class:`Mlp`. Defaults to 'gelu'.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_dims: int, qkv_bias: bool = True, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., norm_eps: float = 1e-6,
                  gelu_approximate: str = 'none', window_size: int = 0, num_prefix_tokens: int = 1,
-                 rel_pos_grid: Optional[Tuple[int, int]] = None):
+                 rel_pos_grid: Optional[Tuple[int, int]] = None, layer_scale_init_value: float = 0.,
+                 ffn_type: str = 'origin', activation: str = 'gelu'):
         super().__init__()
         if window_size < 0:
             raise ValueError(f'window_size must be >= 0 (0 = global attention), got {window_size}')
@@ -326,16 +425,23 @@ class EncoderBlock(nn.Module):
             rel_pos_grid = (window_size, window_size)
         self.attn = Attention(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
                               rel_pos_size=rel_pos_grid)
+        self.ls1 = LayerScale(embed_dims, layer_scale_init_value) if layer_scale_init_value > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(embed_dims, eps=norm_eps)
-        self.mlp = Mlp(embed_dims, mlp_dims, gelu_approximate=gelu_approximate, drop=drop)
+        if ffn_type == 'origin':
+            self.mlp = Mlp(embed_dims, mlp_dims, gelu_approximate=gelu_approximate, drop=drop, activation=activation)
+        elif ffn_type == 'swiglu_fused':
+            self.mlp = SwiGLUMlp(embed_dims, swiglu_hidden_dims(mlp_dims), drop=drop)
+        else:
+            raise ValueError(f"ffn_type must be 'origin' (GELU MLP) or 'swiglu_fused' (SwiGLU), got {ffn_type!r}")
+        self.ls2 = LayerScale(embed_dims, layer_scale_init_value) if layer_scale_init_value > 0 else nn.Identity()
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.with_cp = False
 
     def _forward(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None, return_attention: bool = False):
         out = self.attn(self.norm1(x), return_attention, grid, self.window_size, self.num_prefix_tokens)
         y, weights = out if return_attention else (out, None)
-        x = x + self.drop_path(y)
-        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(y))
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
         return (x, weights) if return_attention else x
 
     def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):

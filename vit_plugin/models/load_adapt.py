@@ -27,13 +27,15 @@ What it does, for the keys under ``prefix``:
   (:func:`~vit_plugin.models.patch_resize.resize_patch_embed`);
 * relative position tables (``use_rel_pos``) of another length are resized linearly, absent ones
   start at zero (ViTDet's initialisation), and tables for a model without them are refused;
-* mmpretrain ``VisionTransformer`` key names are renamed to ours;
+* mmpretrain ``VisionTransformer`` key names are renamed to ours (layer scale, ``pre_norm``, the
+  ``ln2`` of ``avg_featmap`` and the SwiGLU MLP included);
 * a whole-classifier checkpoint (``backbone.*``, ``head.*``) loaded into a bare backbone gives it
   its ``backbone.`` part (logged), as ``prefix='backbone.'`` would; where that part is ambiguous
   (several ViTs in the file) or absent, the load is refused;
-* a checkpoint of another width, depth or input-channel count is refused with a message naming the
-  key and the fix -- otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave the
-  backbone random.
+* a checkpoint of another width, depth or input-channel count, or with other blocks (layer scale,
+  ``pre_norm``, MLP width or type), is refused with a message naming the key and the fix --
+  otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave parts of the backbone
+  random.
 """
 import logging
 import math
@@ -188,6 +190,30 @@ def _check_compatible(model, state_dict, prefix, table):
             f'{prefix}blocks.{depth - 1}: the checkpoint has {depth} encoder blocks but the model has '
             f'{model.num_layers}: it belongs to another architecture. Build the backbone with '
             f'num_layers={depth} (or the matching arch name), or pick the checkpoint of this arch.')
+    if depth is not None:
+        _check_block_structure(model, state_dict, prefix)
+
+
+def _check_block_structure(model, state_dict, prefix):
+    """Refuse weights whose blocks are built otherwise (layer scale, pre-norm, MLP type): a non-strict
+    load (``init_cfg`` Pretrained) would leave those parts at their initial values or drop them, and
+    the model would compute something else than the checkpoint did, with only a warning."""
+    own = dict(model.named_parameters())
+    parts = [(f'blocks.{i}.ls1.gamma', ('layer_scale_init_value=1e-5 (any value > 0: the checkpoint\'s scales '
+                                        'load)', 'layer_scale_init_value=0')) for i in range(model.num_layers)]
+    parts.append(('norm_pre.weight', ('pre_norm=True', 'pre_norm=False')))
+    for name, (to_add, to_remove) in parts:
+        if (prefix + name in state_dict) != (name in own):
+            theirs = prefix + name in state_dict
+            raise ValueError(f'{prefix}{name}: the checkpoint {"has" if theirs else "lacks"} this weight but the model '
+                             f'{"lacks" if theirs else "has"} it: it was trained with another block structure. Build '
+                             f'the backbone like the checkpoint: {to_add if theirs else to_remove}.')
+    key = prefix + 'blocks.0.mlp.fc1.weight'
+    theirs, ours = state_dict.get(key), own.get('blocks.0.mlp.fc1.weight')
+    if theirs is not None and ours is not None and theirs.shape != ours.shape:
+        raise ValueError(f'{key}: the checkpoint MLP has shape {tuple(theirs.shape)} but the model expects '
+                         f'{tuple(ours.shape)}: another MLP width or type. A SwiGLU checkpoint (DINOv2-g) needs '
+                         f"layer_cfgs=dict(ffn_type='swiglu_fused'); otherwise build the arch of the checkpoint.")
 
 
 def _adapt_patch_kernel(model, state_dict, prefix) -> Optional[str]:

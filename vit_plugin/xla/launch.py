@@ -14,6 +14,9 @@ import torch
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 
+from . import runtime
+from . import spmd as spmd_mode
+from .scan import check_scannable, require_scan_support
 from .strategy import xla_optim_wrapper_cfg
 
 _TRAIN_LOOPS = {
@@ -75,7 +78,6 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
     if spmd:
         cfg.strategy['spmd'] = True
     if layer_scan:
-        from .scan import check_scannable, require_scan_support
         require_scan_support(spmd)
         backbone = cfg.model.get('backbone') or {}
         if str(backbone.get('type', '')).split('.')[-1] in ('ViT', 'HybridViT'):
@@ -113,7 +115,6 @@ def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
     from mmengine.registry import RUNNERS
     from mmengine.utils import import_modules_from_strings
 
-    from . import runtime
     if cfg.get('custom_imports'):  # Config.fromfile imported them in the parent process only
         import_modules_from_strings(**cfg.custom_imports)
     if prepare is not None:
@@ -145,13 +146,11 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
     """
     import torch.distributed as dist
 
-    from . import runtime
     xla = runtime.require('torch_xla')
     if spmd:
         if dist.is_torchelastic_launched():
             raise RuntimeError('--xla-spmd runs one process per host; start it with python, not torchrun '
                                '(multi-host pods: one such process per host VM).')
-        from . import spmd as spmd_mode
         spmd_mode.enable()
         _train_worker(0, cfg, 'none', bf16, prepare, spmd=True, layer_scan=layer_scan)
         return

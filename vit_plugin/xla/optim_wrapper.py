@@ -24,6 +24,7 @@ import torch.nn as nn
 from mmengine.optim import OptimWrapper
 from torch.optim import Optimizer
 
+from vit_plugin.engine.optimizers.grad_norm import global_grad_norm
 from vit_plugin.registry import OPTIM_WRAPPERS
 
 from . import runtime
@@ -133,8 +134,6 @@ class XLAOptimWrapper(OptimWrapper):
             xm.optimizer_step(self.optimizer, optimizer_args=kwargs)
 
     def _guarded_step(self, xm, kwargs: dict) -> None:
-        from vit_plugin.engine.hooks.nonfinite_guard import global_grad_norm
-
         xm.reduce_gradients(self.optimizer)
         params = [p for group in self.optimizer.param_groups for p in group['params']]
         norm = global_grad_norm([p.grad for p in params if p.grad is not None])

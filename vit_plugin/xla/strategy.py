@@ -25,12 +25,15 @@ from typing import Callable, Optional, Union
 import torch.nn as nn
 from mmengine._strategy import SingleDeviceStrategy
 from mmengine.logging import print_log
+from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.model import revert_sync_batchnorm
 from mmengine.optim import BaseOptimWrapper
 
+from vit_plugin.engine.checkpointing import PARTIAL_SUFFIX, publish_partial
 from vit_plugin.registry import STRATEGIES
 
-from . import runtime
+from . import runtime, spmd
+from .scan import enable_layer_scan
 
 _PLAIN_WRAPPERS = {None, 'OptimWrapper', 'mmengine.OptimWrapper'}
 _AMP_WRAPPERS = {'AmpOptimWrapper', 'mmengine.AmpOptimWrapper'}
@@ -122,8 +125,12 @@ class XLAStrategy(SingleDeviceStrategy):
     def _set_randomness(self, seed: Optional[int] = None, diff_rank_seed: bool = False,
                         deterministic: bool = False) -> None:
         super()._set_randomness(seed=seed, diff_rank_seed=diff_rank_seed, deterministic=deterministic)
-        # Dropout, drop-path and any torch.rand on the device draw from XLA's own generator.
-        runtime.require('torch_xla').manual_seed(self._seed)
+        self.seed_device(self._seed)
+
+    def seed_device(self, seed: int) -> None:
+        """Seed XLA's own generator, which dropout, drop-path and any ``torch.rand`` on the device draw
+        from and ``torch.manual_seed`` does not reach (``vit_plugin.RNGReseedHook`` calls it every step)."""
+        runtime.require('torch_xla').manual_seed(seed)
 
     def compile_model(self, model: nn.Module, compile: Union[dict, bool] = False) -> nn.Module:
         if compile:
@@ -138,7 +145,6 @@ class XLAStrategy(SingleDeviceStrategy):
     def _wrap_model(self, model: nn.Module) -> nn.Module:
         model = self.convert_model(model).to(runtime.device())
         if self.spmd:
-            from . import spmd
             if not spmd.is_enabled():
                 raise RuntimeError('XLAStrategy(spmd=True) needs torch_xla in SPMD mode, switched on before '
                                    'the device is first used: vit_plugin.xla.spmd.enable() (tools/train.py '
@@ -152,7 +158,6 @@ class XLAStrategy(SingleDeviceStrategy):
                       f'{len(self.param_specs)} parameter tensors split over it (the rest replicated).',
                       logger='current', level=logging.INFO)
         if self.layer_scan:
-            from .scan import enable_layer_scan
             enable_layer_scan(model)
         return model
 
@@ -186,9 +191,6 @@ class XLAStrategy(SingleDeviceStrategy):
         """
         if not runtime.is_master():
             return
-        from mmengine.fileio.io import _parse_uri_prefix
-
-        from vit_plugin.engine.checkpointing import PARTIAL_SUFFIX, publish_partial
         local = _parse_uri_prefix(str(filename)) == ''
         target = str(filename) + PARTIAL_SUFFIX if local else filename
         super().save_checkpoint(target, save_optimizer=save_optimizer, save_param_scheduler=save_param_scheduler,

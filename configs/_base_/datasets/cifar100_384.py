@@ -5,6 +5,6 @@ dataset_type = 'vit_plugin.CIFAR100'
 data_root = 'data/cifar100'
 num_classes = 100
 data_preprocessor = dict(num_classes=num_classes)
-train_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root))
-val_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root))
+train_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root, num_classes=num_classes))
+val_dataloader = dict(dataset=dict(type=dataset_type, data_root=data_root, num_classes=num_classes))
 test_dataloader = val_dataloader

@@ -30,14 +30,16 @@ train_dataloader = dict(
     num_workers=8,
     persistent_workers=True,
     sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(type=dataset_type, data_root=data_root, split='train', pipeline=train_pipeline),
+    dataset=dict(type=dataset_type, data_root=data_root, split='train', num_classes=num_classes,
+                 pipeline=train_pipeline),
 )
 val_dataloader = dict(
     batch_size=64,
     num_workers=8,
     persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(type=dataset_type, data_root=data_root, split='test', pipeline=test_pipeline),
+    dataset=dict(type=dataset_type, data_root=data_root, split='test', num_classes=num_classes,
+                 pipeline=test_pipeline),
 )
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader

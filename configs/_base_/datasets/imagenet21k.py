@@ -6,7 +6,10 @@
 # pixels scaled to [-1, 1].
 dataset_type = 'vit_plugin.ImageNet21k'
 data_root = 'data/imagenet21k'
-num_classes = 21843  # the official 2020 release (fall11); set to the number of classes in your list
+# The official 2020 release (fall11). Set it to the number of classes of your list: the dataset checks every
+# label against it when it indexes the list, and the data preprocessor and (in the model configs) the
+# head take it from here.
+num_classes = 21843
 
 data_preprocessor = dict(
     num_classes=num_classes,
@@ -35,6 +38,7 @@ train_dataloader = dict(
         data_root=data_root,
         ann_file='meta/train.txt',
         data_prefix='train',
+        num_classes=num_classes,  # labels outside [0, num_classes) stop the run at start-up
         pipeline=train_pipeline,
     ),
 )

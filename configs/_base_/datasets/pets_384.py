@@ -4,10 +4,13 @@
 _base_ = ['./imagenet1k_384.py']
 dataset_type = 'vit_plugin.OxfordIIITPet'
 data_root = 'data/oxford-iiit-pet'
-data_preprocessor = dict(num_classes=37)
+num_classes = 37
+data_preprocessor = dict(num_classes=num_classes)
 train_dataloader = dict(dataset=dict(_delete_=True, type=dataset_type, data_root=data_root, split='trainval',
+                                     num_classes=num_classes,
                                      pipeline={{_base_.train_pipeline}}))
 val_dataloader = dict(dataset=dict(_delete_=True, type=dataset_type, data_root=data_root, split='test',
+                                   num_classes=num_classes,
                                    pipeline={{_base_.test_pipeline}}))
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader

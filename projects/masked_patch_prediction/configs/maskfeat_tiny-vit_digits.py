@@ -34,7 +34,7 @@ model = dict(
 )
 
 train_dataloader = dict(dataset=dict(pipeline=[
-    dict(type='LoadImageFromFile'),
+    dict(type='vit_plugin.LoadImageFromFile'),
     dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.6, 1.0)),
     dict(type='BEiTMaskGenerator', input_size=8, num_masking_patches=26, min_num_patches=4),
     dict(type='PackInputs'),

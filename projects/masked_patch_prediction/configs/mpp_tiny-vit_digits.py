@@ -1,11 +1,15 @@
 # Masked patch prediction on the digits' training split (labels unused): the paper's objective (50% of
 # patch embeddings corrupted, 80/10/10, 3-bit mean colour of every corrupted patch) on the tiny ViT.
 # With patch 4 on the 32-px digits every patch covers one pixel of the original 8x8 scan, so the task
-# is inpainting the grey level of half of the digit's pixels from the other half. Schedule: Adam(W) with warm-up and cosine decay as in
-# the paper, at a learning rate and length that suit 1,437 images and a batch of 64 (not the paper's
-# 2e-4 at batch 4096).
+# is inpainting the grey level of half of the digit's pixels from the other half. Schedule: AdamW with
+# warm-up and cosine decay as in the paper (configs/_base_/schedules/adamw_cosine_iters.py), at a
+# learning rate and length that suit 1,437 images and a batch of 64 (not the paper's 2e-4 at batch 4096).
 #   python projects/masked_patch_prediction/run_experiment.py   (runs this, then the fine-tunings)
-_base_ = ['../../../configs/_base_/default_runtime.py', './_tiny_vit.py']
+_base_ = [
+    '../../../configs/_base_/default_runtime.py',
+    '../../../configs/_base_/schedules/adamw_cosine_iters.py',
+    './_tiny_vit.py',
+]
 
 model = dict(
     type='vit_plugin.MaskedPatchPrediction',
@@ -28,7 +32,7 @@ train_dataloader = dict(
         data_root='data/digits',
         split='train',
         pipeline=[
-            dict(type='LoadImageFromFile'),
+            dict(type='vit_plugin.LoadImageFromFile'),
             # The demo's mild Inception crop; no flip (mirrored digits are other symbols).
             dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.6, 1.0)),
             dict(type='PackInputs'),
@@ -37,21 +41,11 @@ train_dataloader = dict(
 
 max_iters = 3000
 warmup_iters = 200
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
-    clip_grad=dict(max_norm=1.0),
-)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=warmup_iters),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=warmup_iters, end=max_iters),
 ]
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters)
-val_cfg = None
-test_cfg = None
-
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=25),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1),
-)
-log_processor = dict(by_epoch=False)
+train_cfg = dict(max_iters=max_iters)
+val_cfg = test_cfg = None  # pre-training only
+default_hooks = dict(logger=dict(interval=25),
+                     checkpoint=dict(type='CheckpointHook', interval=max_iters, max_keep_ckpts=1))

@@ -4,6 +4,8 @@ from .nonfinite_guard import LossScaleCollapseError, NonFiniteGuard, NonFiniteGu
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
 from .sharded_ema_hook import ShardedEMAHook, mirror_tensors
+from .skip_bad_samples_hook import SkipBadSamplesHook
 
-__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'LossScaleCollapseError', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
-           'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook', 'mirror_tensors']
+__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'LossScaleCollapseError', 'NonFiniteGuard',
+           'NonFiniteGuardHook', 'NonFiniteTrainingError', 'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook',
+           'SkipBadSamplesHook', 'mirror_tensors']

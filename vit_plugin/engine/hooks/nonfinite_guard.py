@@ -49,6 +49,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
+from vit_plugin.engine.optimizers.grad_norm import global_grad_norm
 from vit_plugin.registry import HOOKS
 
 
@@ -63,17 +64,6 @@ class LossScaleCollapseError(NonFiniteTrainingError):
 def _grads(wrapper: OptimWrapper) -> List[torch.Tensor]:
     return [p.grad for group in wrapper.optimizer.param_groups for p in group['params']
             if p.grad is not None]
-
-
-def global_grad_norm(grads: List[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The 2-norm of all gradients together (fp32), or None without gradients."""
-    if not grads:
-        return None
-    norms = torch._foreach_norm(grads)  # one fused kernel per device/dtype group
-    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
-    if hasattr(total, 'full_tensor'):  # FSDP2 DTensor shards: combine the processes' partial norms
-        total = total.full_tensor()
-    return total
 
 
 def _skips_on_device(optimizer: torch.optim.Optimizer) -> bool:

@@ -7,6 +7,8 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 
+from vit_plugin.models import ViT
+from vit_plugin.models.load_adapt import adapt_vit_state_dict
 from vit_plugin.registry import HOOKS
 
 
@@ -37,8 +39,6 @@ class PosEmbedResizeHook(Hook):
         self.reset_optimizer_state = reset_optimizer_state
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        from vit_plugin.models import ViT  # imported here: hooks must not pull in the models at import
-        from vit_plugin.models.load_adapt import adapt_vit_state_dict
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         state_dict = checkpoint.get('state_dict', checkpoint)
         changed: Dict[str, torch.nn.Parameter] = {}

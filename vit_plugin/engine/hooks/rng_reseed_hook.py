@@ -39,8 +39,9 @@ class RNGReseedHook(Hook):
     randomness.) This does not depend on mmengine's ``randomness.diff_rank_seed``, which is best
     left off: it would also give every process its own initial weights (DDP replaces them with rank
     0's, FSDP keeps each process's shard of its own) and make the data sampler use a seed drawn at
-    start-up instead of the configured one. Rank 0 draws what a single-process run draws. Under
-    ``vit_plugin.XLAStrategy`` the XLA device generator (dropout on TPUs) is reseeded as well.
+    start-up instead of the configured one. Rank 0 draws what a single-process run draws. A strategy
+    with a ``seed_device(seed)`` method reseeds its device's own generator too: under
+    ``vit_plugin.XLAStrategy`` the XLA device generator (dropout on TPUs).
 
     Data-loader workers are already reseeded by mmengine each epoch from the seed and their rank;
     persistent workers (``persistent_workers=True``) keep their streams across epochs and are
@@ -69,9 +70,10 @@ class RNGReseedHook(Hook):
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)  # seeds every CUDA device too
-        if _on_xla(runner):
-            from vit_plugin.xla import runtime
-            runtime.require('torch_xla').manual_seed(seed)
+        # A strategy whose device keeps its own generator (vit_plugin.XLAStrategy) seeds it as well.
+        seed_device = getattr(getattr(runner, 'strategy', None), 'seed_device', None)
+        if seed_device is not None:
+            seed_device(seed)
 
     def before_train_epoch(self, runner) -> None:
         if self._by_epoch(runner):
@@ -80,13 +82,3 @@ class RNGReseedHook(Hook):
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if not self._by_epoch(runner):
             self._reseed(runner, runner.iter)
-
-
-def _on_xla(runner) -> bool:
-    """Whether ``runner`` trains through ``vit_plugin.XLAStrategy`` (whose device generator
-    ``torch.manual_seed`` does not reach)."""
-    strategy = getattr(runner, 'strategy', None)
-    if strategy is None:
-        return False
-    from vit_plugin.xla.strategy import XLAStrategy
-    return isinstance(strategy, XLAStrategy)

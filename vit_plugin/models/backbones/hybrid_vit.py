@@ -3,12 +3,12 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from vit_plugin.registry import MODELS
-from ..layers import lecun_normal_
+from ..layers import lecun_normal_, pad_to_patch_multiple
 from ..resnet_stem import Bottleneck, StdConv2dSame, build_resnet, resnet_reduction
 from .vit import ViT
+from .vit_options import PatchSettings
 
 
 class HybridEmbed(nn.Module):
@@ -18,17 +18,20 @@ class HybridEmbed(nn.Module):
         backbone (nn.Module): Maps images to a feature map; has ``out_channels``.
         patch_size (tuple[int, int]): Patch size on the feature map (1 in the paper's R50 models).
         embed_dims (int): Token width D.
-        pad_to_patch (bool): Zero-pad a feature map that the patch size does not divide instead of
-            raising. Defaults to False.
+        padding (str, optional): How to zero-pad a feature map that the patch size does not divide
+            ('corner' or 'same', see :func:`~vit_plugin.models.layers.pad_to_patch_multiple`). Defaults
+            to None: raise instead.
+        bias (bool): Bias of the projection. Defaults to True.
     """
 
     def __init__(self, backbone: nn.Module, patch_size: Tuple[int, int], embed_dims: int,
-                 pad_to_patch: bool = False):
+                 padding: Optional[str] = None, bias: bool = True):
         super().__init__()
         self.backbone = backbone
         self.patch_size = tuple(patch_size)
-        self.pad_to_patch = pad_to_patch
-        self.proj = nn.Conv2d(backbone.out_channels, embed_dims, kernel_size=self.patch_size, stride=self.patch_size)
+        self.padding = padding
+        self.proj = nn.Conv2d(backbone.out_channels, embed_dims, kernel_size=self.patch_size, stride=self.patch_size,
+                              bias=bias)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """(B, C, H, W) -> tokens (B, h*w, D) and their grid (h, w)."""
@@ -36,11 +39,11 @@ class HybridEmbed(nn.Module):
         h, w = x.shape[-2:]
         ph, pw = self.patch_size
         if h % ph or w % pw:
-            if not self.pad_to_patch:
+            if self.padding is None:
                 raise ValueError(f'the ResNet feature map is {h}x{w}, not divisible by the patch size {ph}x{pw}; '
                                  f'use an input whose size gives a divisible feature map, or build the '
                                  f'backbone with pad_to_patch=True')
-            x = F.pad(x, (0, (-w) % pw, 0, (-h) % ph))
+            x = pad_to_patch_multiple(x, self.patch_size, self.padding)
         x = self.proj(x)
         grid = (x.shape[2], x.shape[3])
         return x.flatten(2).transpose(1, 2), grid
@@ -92,13 +95,13 @@ class HybridViT(ViT):
                                    ws_eps=ws_eps)
         super().__init__(arch=arch, patch_size=patch_size, in_channels=in_channels, init_cfg=init_cfg, **kwargs)
 
-    def _build_patch_embed(self, in_channels: int) -> nn.Module:
-        resnet = build_resnet(self.resnet_layers, in_channels, **self._resnet_kwargs)
-        return HybridEmbed(resnet, self.patch_size, self.embed_dims, pad_to_patch=self.pad_to_patch)
+    def _build_patch_embed(self, patch: PatchSettings) -> nn.Module:
+        resnet = build_resnet(self.resnet_layers, patch.in_channels, **self._resnet_kwargs)
+        return HybridEmbed(resnet, self.patch_size, self.embed_dims, padding=self.patch_padding, bias=patch.bias)
 
     def _grid_for(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
         feat = [resnet_reduction(s, len(self.resnet_layers)) for s in img_size]
-        return (feat[0] // self.patch_size[0], feat[1] // self.patch_size[1])
+        return (self._patches_along(feat[0], self.patch_size[0]), self._patches_along(feat[1], self.patch_size[1]))
 
     def _pad_or_check(self, x: torch.Tensor) -> torch.Tensor:
         # 'SAME' padding lets the ResNet take any size; divisibility matters only on its feature map,

@@ -5,24 +5,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
-from ..layers import EncoderBlock, PatchEmbed, lecun_normal_
+from ..layers import EncoderBlock, PatchEmbed, lecun_normal_, pad_to_patch_multiple
 from ..load_adapt import adapt_vit_state_dict, record_gelu, record_input_norm
-from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed, to_2tuple
+from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed
 from ..rel_pos import REL_POS_PARAM_SUFFIXES
-
-OUT_TYPES = ('cls_token', 'gap', 'featmap', 'raw')
-
-
-def _arch(embed_dims, num_layers, num_heads, mlp_dims):
-    return dict(embed_dims=embed_dims, num_layers=num_layers, num_heads=num_heads, mlp_dims=mlp_dims)
-
-
-def _expand_aliases(table):
-    return {alias: spec for aliases, spec in table.items() for alias in aliases}
+from .vit_arch import VIT_ARCHS, parse_arch
+from .vit_options import OUT_TYPES, PatchSettings, block_settings, patch_settings, resolve_norm_eps
 
 
 def global_block_indices(num_layers: int) -> Tuple[int, ...]:
@@ -51,18 +42,27 @@ class ViT(BaseModule):
     pre-norm Transformer blocks and a final LayerNorm follow. All LayerNorms use eps 1e-6 as the
     official Flax model does.
 
+    It is also a drop-in for mmpretrain's ``VisionTransformer``: every keyword of that class is
+    accepted with its meaning (``pre_norm``, ``norm_cfg``, ``layer_scale_init_value``, ``patch_cfg``,
+    ``layer_cfgs``, ``out_type='avg_featmap'`` and the names of its arch table), or refused with an
+    error that says what to use instead; docs/backbone.md lists them all. Its checkpoints load as they
+    are (the names are mapped on load).
+
     Args:
         arch (str | dict): A key of :attr:`arch_zoo` ('ti'/'tiny', 's'/'small', 'b'/'base',
-            'l'/'large', 'h'/'huge') or a dict with ``embed_dims``, ``num_layers``, ``num_heads``,
-            ``mlp_dims`` (or mmpretrain's name for it, ``feedforward_channels``). Defaults to 'base'.
+            'l'/'large', 'h'/'huge', 'deit-t/s/b', 'dinov2-s/b/l/g', 'eva-g', with long aliases; see
+            :mod:`~vit_plugin.models.backbones.vit_arch`) or a dict with ``embed_dims``,
+            ``num_layers``, ``num_heads``, ``mlp_dims`` (or mmpretrain's name for it,
+            ``feedforward_channels``). Defaults to 'base'.
         img_size (int | tuple[int, int]): Training resolution; fixes the stored position-embedding
             grid. Other input sizes work, the table is resized on the fly. Defaults to 224.
         patch_size (int | tuple[int, int]): Defaults to 16.
         in_channels (int): Defaults to 3.
         out_type (str): What each output is: 'cls_token' (B, D); 'gap' (B, D), the mean of the patch
             tokens after the final norm (with ``with_cls_token=False`` this is the official gap model);
-            'featmap' (B, D, h, w) patch tokens on their grid; 'raw' (B, N, D) all tokens.
-            Defaults to 'cls_token'.
+            'avg_featmap' (B, D), mmpretrain's: that mean passed through one more LayerNorm of its own
+            (``fc_norm``); 'featmap' (B, D, h, w) patch tokens on their grid; 'raw' (B, N, D) all
+            tokens. Defaults to 'cls_token'.
         out_indices (int | Sequence[int]): Blocks whose outputs are returned (negative counts from
             the end). The final LayerNorm is applied to the last block's output only (when
             ``final_norm``). Defaults to -1.
@@ -72,7 +72,8 @@ class ViT(BaseModule):
         drop_path_rate (float): Stochastic depth, increasing linearly with depth up to this value.
             Defaults to 0.
         qkv_bias (bool): Defaults to True.
-        norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
+        norm_eps (float, optional): LayerNorm epsilon. Defaults to None: 1e-6, or the ``eps`` of
+            ``norm_cfg`` when that is given.
         gelu_approximate (str): 'none' (exact GELU, the PyTorch/timm convention) or 'tanh' (the
             approximation the official Flax model uses; choose it to reproduce official outputs
             exactly). Defaults to 'none'. Weights that record the GELU they were trained with (the
@@ -84,11 +85,13 @@ class ViT(BaseModule):
             and records no mode of its own (official weights record 'official'). Defaults to
             :data:`~vit_plugin.models.pos_embed.CHECKPOINT_RESIZE_MODE` ('official', the paper's).
         pad_to_patch (bool): Zero-pad the bottom/right of inputs whose size is not divisible by the
-            patch size instead of raising an error. Defaults to False.
-        frozen_stages (int): Freeze the embeddings (> 0) and the first ``frozen_stages`` blocks; the
-            final norm too when all blocks are frozen. Frozen parts stay in eval mode after
-            ``train()``, the dropout after the position embedding included, so frozen features are
-            deterministic. Defaults to -1.
+            patch size instead of raising an error (mmpretrain's default, also set by
+            ``patch_cfg=dict(padding='corner')``); the grid of such a size is then rounded up, for
+            ``img_size`` too. Defaults to False.
+        frozen_stages (int): Freeze the embeddings (> 0, ``pre_norm`` included) and the first
+            ``frozen_stages`` blocks; the final norm (and ``fc_norm``) too when all blocks are frozen.
+            Frozen parts stay in eval mode after ``train()``, the dropout after the position embedding
+            included, so frozen features are deterministic. Defaults to -1.
         with_cp (bool): Activation checkpointing in every block while training. Defaults to False.
         window_size (int): If > 0, the blocks in ``window_block_indices`` attend only within
             non-overlapping windows of ``window_size`` x ``window_size`` patches (ViTDet's local blocks;
@@ -105,16 +108,29 @@ class ViT(BaseModule):
             blocks and to the ``img_size`` patch grid in global ones, resized on the fly for other
             grids). Not in the paper; checkpoints without the tables load with them at zero.
             Defaults to False.
+        pre_norm (bool): A LayerNorm on the embedded tokens before the first block (``norm_pre``,
+            CLIP's), and no bias in the patch projection unless ``patch_cfg`` sets one. Defaults to
+            False.
+        norm_cfg (dict, optional): mmpretrain's norm config: ``dict(type='LN', eps=...)``; without
+            ``eps`` it means 1e-5, as in mmpretrain. Other norm types are refused. Defaults to None
+            (``norm_eps``).
+        layer_scale_init_value (float): If > 0, every block scales its two branches by learned
+            per-channel factors (``blocks.i.ls1/ls2.gamma``) starting at this value (DINOv2: 1e-5).
+            Defaults to 0.
+        patch_cfg (dict, optional): mmpretrain's (mmcv ``PatchEmbed``) options over the keywords above:
+            ``kernel_size`` = ``stride`` (the patch size), ``padding`` ('corner', 'same' or 0),
+            ``bias``, ``in_channels``, ``input_size`` (the grid's image size), ``embed_dims`` (must be
+            the arch's), ``conv_type='Conv2d'``, ``dilation=1``. Defaults to None.
+        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's per-block options, one dict for all
+            blocks or one per block: ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``,
+            ``qkv_bias``, ``layer_scale_init_value``, ``ffn_type`` ('origin' or 'swiglu_fused', the
+            SwiGLU MLP of DINOv2-g), ``norm_cfg``, ``act_cfg`` (GELU, or CLIP's QuickGELU),
+            ``num_fcs=2``; ``embed_dims``,
+            ``num_heads``, ``feedforward_channels`` must agree with the arch. Defaults to None.
         init_cfg (dict | list[dict], optional): Defaults to None, which uses the official
             initialisation (see :meth:`init_weights`).
     """
-    arch_zoo: Dict[str, dict] = _expand_aliases({
-        ('ti', 'tiny'): _arch(192, 12, 3, 768),
-        ('s', 'small'): _arch(384, 12, 6, 1536),
-        ('b', 'base'): _arch(768, 12, 12, 3072),
-        ('l', 'large'): _arch(1024, 24, 16, 4096),
-        ('h', 'huge'): _arch(1280, 32, 16, 5120),
-    })
+    arch_zoo: Dict[str, dict] = VIT_ARCHS
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',
@@ -128,7 +144,7 @@ class ViT(BaseModule):
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
                  qkv_bias: bool = True,
-                 norm_eps: float = 1e-6,
+                 norm_eps: Optional[float] = None,
                  gelu_approximate: str = 'none',
                  final_norm: bool = True,
                  interpolate_mode: str = 'bicubic',
@@ -139,35 +155,56 @@ class ViT(BaseModule):
                  window_size: int = 0,
                  window_block_indices: Optional[Sequence[int]] = None,
                  use_rel_pos: bool = False,
+                 pre_norm: bool = False,
+                 norm_cfg: Optional[dict] = None,
+                 layer_scale_init_value: float = 0.,
+                 patch_cfg: Optional[dict] = None,
+                 layer_cfgs: Union[None, dict, Sequence[dict]] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = self._parse_arch(arch)
-        if out_type not in OUT_TYPES:
-            raise ValueError(f'out_type must be one of {OUT_TYPES}, got {out_type!r}')
-        if out_type == 'cls_token' and not with_cls_token:
-            raise ValueError("out_type='cls_token' needs with_cls_token=True; use 'gap' for a model "
-                             'without class token')
-        for name, mode in (('interpolate_mode', interpolate_mode), ('pos_embed_load_mode', pos_embed_load_mode)):
-            if mode not in RESIZE_MODES:
-                raise ValueError(f'{name} must be one of {RESIZE_MODES}, got {mode!r}')
-        if gelu_approximate not in ('none', 'tanh'):
-            raise ValueError(f"gelu_approximate must be 'none' or 'tanh', got {gelu_approximate!r}")
+        self.arch_settings = parse_arch(arch, self.arch_zoo)
         self.embed_dims = self.arch_settings['embed_dims']
         self.num_layers = self.arch_settings['num_layers']
-        self.img_size = to_2tuple(img_size)
-        self.patch_size = to_2tuple(patch_size)
+        _check_choices(out_type, with_cls_token, interpolate_mode, pos_embed_load_mode, gelu_approximate)
+        norm_eps = resolve_norm_eps(norm_eps, norm_cfg)
+        patch = patch_settings(patch_cfg, patch_size, img_size, in_channels, self.embed_dims, pad_to_patch, pre_norm)
+        self.img_size = patch.img_size
+        self.patch_size = patch.patch_size
+        self.patch_padding = patch.padding  # None: sizes the patch does not divide are refused
+        self.pad_to_patch = patch.padding is not None
         self.out_type = out_type
         self.with_cls_token = with_cls_token
         self.num_prefix_tokens = int(with_cls_token)
         self.interpolate_mode = interpolate_mode
         self.pos_embed_load_mode = pos_embed_load_mode
-        self.pad_to_patch = pad_to_patch
         self.final_norm = final_norm
         self.frozen_stages = frozen_stages
 
-        self.patch_embed = self._build_patch_embed(in_channels)
+        self._build_embedding(patch, drop_rate, pre_norm, norm_eps)
+        self.window_size = window_size
+        self.window_block_indices = self._parse_window_blocks(window_size, window_block_indices)
+        self.use_rel_pos = use_rel_pos
+        block_defaults = dict(qkv_bias=qkv_bias, drop=drop_rate, attn_drop=attn_drop_rate, norm_eps=norm_eps,
+                              gelu_approximate=gelu_approximate,
+                              layer_scale_init_value=float(layer_scale_init_value), ffn_type='origin',
+                              activation='gelu')
+        self._build_blocks(block_settings(layer_cfgs, self.arch_settings, block_defaults, drop_path_rate))
+        self._build_output_norms(norm_eps)
+        self.out_indices = self._parse_out_indices(out_indices)
+        self.set_grad_checkpointing(with_cp)
+        # How the encoder runs its blocks: None loops over them in Python. An accelerator back end
+        # may install a runner ``(blocks, x, grid) -> x`` that computes the same thing in one
+        # compiled loop (vit_plugin.xla.scan: the XLA compiler then sees one block, not 24 or 32).
+        self.block_runner = None
+        self._register_state_hooks()
+        self._freeze_stages()
+
+    # ------------------------------------------------------------------ construction steps
+    def _build_embedding(self, patch: PatchSettings, drop_rate: float, pre_norm: bool, norm_eps: float) -> None:
+        """Patch embedding, class token, position table and its grid, embedding dropout, pre-norm."""
+        self.patch_embed = self._build_patch_embed(patch)
         grid = self._grid_for(self.img_size)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims)) if with_cls_token else None
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims)) if self.with_cls_token else None
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + grid[0] * grid[1], self.embed_dims))
         # The grid the table is laid out on travels with the weights, so that whatever path loads
         # them later (init_cfg, load_from, resume, plain load_state_dict, another model) can resize a
@@ -175,65 +212,40 @@ class ViT(BaseModule):
         self.register_buffer('pos_embed_grid', torch.tensor(grid, dtype=torch.long), persistent=True)
         self._patch_grid = grid  # the same, as Python ints: no device read in forward (XLA-friendly)
         self.drop_after_pos = nn.Dropout(drop_rate)
+        # mmpretrain's pre_norm (CLIP): a LayerNorm on the embedded tokens; timm's name for it.
+        self.norm_pre = nn.LayerNorm(self.embed_dims, eps=norm_eps) if pre_norm else nn.Identity()
 
-        # Python floats, not torch.linspace: the model must also build on the 'meta' device.
-        dpr = [drop_path_rate * i / max(self.num_layers - 1, 1) for i in range(self.num_layers)]
-        self.window_size = window_size
-        self.window_block_indices = self._parse_window_blocks(window_size, window_block_indices)
-        self.use_rel_pos = use_rel_pos
+    def _build_blocks(self, settings: List[dict]) -> None:
+        """The encoder blocks, from one dict of :class:`EncoderBlock` arguments per block."""
+        rel_pos_grid = self.patch_grid if self.use_rel_pos else None
         self.blocks = nn.ModuleList([
             EncoderBlock(self.embed_dims, self.arch_settings['num_heads'], self.arch_settings['mlp_dims'],
-                         qkv_bias=qkv_bias, drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i],
-                         norm_eps=norm_eps, gelu_approximate=gelu_approximate,
-                         window_size=window_size if i in self.window_block_indices else 0,
-                         num_prefix_tokens=self.num_prefix_tokens,
-                         rel_pos_grid=grid if use_rel_pos else None) for i in range(self.num_layers)
+                         window_size=self.window_size if i in self.window_block_indices else 0,
+                         num_prefix_tokens=self.num_prefix_tokens, rel_pos_grid=rel_pos_grid, **block)
+            for i, block in enumerate(settings)
         ])
-        self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if final_norm else nn.Identity()
-        self.out_indices = self._parse_out_indices(out_indices)
-        self.set_grad_checkpointing(with_cp)
-        # How the encoder runs its blocks: None loops over them in Python. An accelerator back end
-        # may install a runner ``(blocks, x, grid) -> x`` that computes the same thing in one
-        # compiled loop (vit_plugin.xla.scan: the XLA compiler then sees one block, not 24 or 32).
-        self.block_runner = None
 
+    def _build_output_norms(self, norm_eps: float) -> None:
+        """The final LayerNorm, and the LayerNorm after pooling of ``out_type='avg_featmap'``
+        (mmpretrain's ``ln2``; ``fc_norm`` as timm calls a norm after pooling)."""
+        self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.final_norm else nn.Identity()
+        self.fc_norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.out_type == 'avg_featmap' else nn.Identity()
+
+    def _register_state_hooks(self) -> None:
+        """Loading adapts incoming weights (:meth:`_resize_pos_embed_on_load`); saving records how the
+        weights must be run (tanh GELU) and fed (input normalisation, when a checkpoint told us)."""
         self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
         # The input normalisation the loaded weights were trained with ((mean, std) in 0..255 units),
         # when a checkpoint records it; saved with the weights again.
         self.expected_input_norm = None
         self.register_state_dict_post_hook(record_input_norm)
-        self._freeze_stages()
-
-    # ------------------------------------------------------------------ construction helpers
-    def _parse_arch(self, arch):
-        if isinstance(arch, str):
-            key = arch.lower()
-            if key not in self.arch_zoo:
-                raise KeyError(f'unknown ViT arch {arch!r}; choose one of {sorted(set(self.arch_zoo))} '
-                               f'or pass a dict with embed_dims, num_layers, num_heads, mlp_dims')
-            return dict(self.arch_zoo[key])
-        required = {'embed_dims', 'num_layers', 'num_heads', 'mlp_dims'}
-        if isinstance(arch, dict) and 'feedforward_channels' in arch:
-            # mmpretrain's VisionTransformer calls the MLP width feedforward_channels: accept its
-            # arch dicts as they are.
-            arch = dict(arch)
-            ffn = arch.pop('feedforward_channels')
-            if arch.setdefault('mlp_dims', ffn) != ffn:
-                raise ValueError(f'a custom arch gives both mlp_dims={arch["mlp_dims"]} and '
-                                 f'feedforward_channels={ffn} (the same thing); keep one.')
-        if not isinstance(arch, dict) or not required <= set(arch):
-            raise ValueError(f'a custom arch must be a dict with keys {sorted(required)} (mlp_dims may be '
-                             f'given as feedforward_channels), got {arch!r}')
-        unknown = set(arch) - required
-        if unknown:
-            raise ValueError(f'a custom arch has unknown keys {sorted(unknown)}; it takes {sorted(required)} '
-                             '(mlp_dims may be given as feedforward_channels).')
-        return dict(arch)
 
     def _parse_out_indices(self, out_indices):
         if isinstance(out_indices, int):
             out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence) or isinstance(out_indices, str):
+            raise TypeError(f'out_indices must be an int or a sequence of ints, got {type(out_indices).__name__}')
         parsed = []
         for index in out_indices:
             real = index + self.num_layers if index < 0 else index
@@ -263,13 +275,18 @@ class ViT(BaseModule):
                           stacklevel=3)
         return parsed
 
-    def _build_patch_embed(self, in_channels: int) -> nn.Module:
+    def _build_patch_embed(self, patch: PatchSettings) -> nn.Module:
         """The module turning images into (tokens, grid); subclasses (the hybrid) replace it."""
-        return PatchEmbed(self.patch_size, in_channels, self.embed_dims)
+        return PatchEmbed(self.patch_size, patch.in_channels, self.embed_dims, bias=patch.bias)
+
+    def _patches_along(self, size: int, patch: int) -> int:
+        """Patches along one side of ``size`` pixels: rounded up when inputs are padded, else down."""
+        return -(-size // patch) if self.patch_padding else size // patch
 
     def _grid_for(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
         """The patch grid of an image of ``img_size`` (rows, cols)."""
-        return (img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1])
+        return (self._patches_along(img_size[0], self.patch_size[0]),
+                self._patches_along(img_size[1], self.patch_size[1]))
 
     @property
     def patch_grid(self) -> Tuple[int, int]:
@@ -284,7 +301,10 @@ class ViT(BaseModule):
 
     # ------------------------------------------------------------------ initialisation
     def init_weights(self):
-        """Official initialisation unless ``init_cfg`` loads weights.
+        """Official initialisation unless ``init_cfg`` is given.
+
+        An ``init_cfg`` that loads weights (Pretrained) sets them all; any other ``init_cfg`` (e.g. Kaiming
+        for the patch projection) is applied, and the position embedding drawn from N(0, 0.02).
 
         Dense layers: Xavier-uniform weights and N(0, 1e-6) biases; the fused qkv projection gets
         Xavier bounds computed for each of its three D x D parts, as if q, k and v were separate;
@@ -293,6 +313,11 @@ class ViT(BaseModule):
         """
         if self.init_cfg is not None:
             super().init_weights()
+            if not _loads_weights(self.init_cfg):
+                # An init_cfg that initialises layers (mmpretrain's configs: Kaiming for the patch
+                # projection) says nothing about the position table; it must not stay zero (mmpretrain
+                # draws it from the same normal).
+                nn.init.normal_(self.pos_embed, std=0.02)
             return
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
@@ -330,9 +355,9 @@ class ViT(BaseModule):
     def _freeze_stages(self):
         if self.frozen_stages <= 0:
             return
-        frozen = [self.patch_embed, self.drop_after_pos, *self.blocks[:self.frozen_stages]]
+        frozen = [self.patch_embed, self.drop_after_pos, self.norm_pre, *self.blocks[:self.frozen_stages]]
         if self.frozen_stages >= self.num_layers:
-            frozen.append(self.norm)
+            frozen += [self.norm, self.fc_norm]
         for module in frozen:
             module.eval()
             for param in module.parameters():
@@ -350,8 +375,8 @@ class ViT(BaseModule):
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """Depth of a parameter for layer-wise learning-rate decay (mmpretrain's convention).
 
-        Embeddings are depth 0, block ``i`` is depth ``i + 1``, the final norm and anything after the
-        backbone (e.g. the head) is depth ``num_layers + 1``.
+        Embeddings (``pre_norm`` included) are depth 0, block ``i`` is depth ``i + 1``, the final norms
+        and anything after the backbone (e.g. the head) are depth ``num_layers + 1``.
 
         Returns:
             tuple[int, int]: (layer depth, total number of depths ``num_layers + 2``).
@@ -360,7 +385,7 @@ class ViT(BaseModule):
         if not param_name.startswith(prefix):
             return num_depths - 1, num_depths
         name = param_name[len(prefix):]
-        if name in ('cls_token', 'pos_embed', 'pos_embed_grid') or name.startswith('patch_embed'):
+        if name in ('cls_token', 'pos_embed', 'pos_embed_grid') or name.startswith(('patch_embed', 'norm_pre')):
             return 0, num_depths
         if name.startswith('blocks.'):
             return int(name.split('.')[1]) + 1, num_depths
@@ -379,11 +404,12 @@ class ViT(BaseModule):
         ph, pw = self.patch_size
         if h % ph == 0 and w % pw == 0:
             return x
-        if not self.pad_to_patch:
+        if self.patch_padding is None:
             raise ValueError(f'input size {h}x{w} is not divisible by the patch size {ph}x{pw}; resize or '
                              f'crop the input to a multiple of the patch size, or build the backbone with '
-                             f'pad_to_patch=True to zero-pad the bottom and right edges')
-        return F.pad(x, (0, (pw - w % pw) % pw, 0, (ph - h % ph) % ph))
+                             f'pad_to_patch=True to zero-pad the bottom and right edges (mmpretrain\'s '
+                             f"behaviour; patch_cfg=dict(padding='corner') says the same)")
+        return pad_to_patch_multiple(x, self.patch_size, self.patch_padding)
 
     def _pos_embed_for(self, grid: Tuple[int, int]) -> torch.Tensor:
         if grid == self.patch_grid:
@@ -395,6 +421,8 @@ class ViT(BaseModule):
               patch_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
               ) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """Images (B, C, H, W) -> embedded tokens (B, N, D) with class token and positions, and the grid.
+
+        The tokens are those the first block takes (after the embedding dropout and ``pre_norm``).
 
         Args:
             x (Tensor): Images (B, C, H, W).
@@ -408,7 +436,7 @@ class ViT(BaseModule):
             x = patch_transform(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return self.drop_after_pos(x + self._pos_embed_for(grid)), grid
+        return self.norm_pre(self.drop_after_pos(x + self._pos_embed_for(grid))), grid
 
     def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
         """Run embedded tokens through the encoder and format the requested outputs."""
@@ -430,6 +458,8 @@ class ViT(BaseModule):
         patches = tokens[:, self.num_prefix_tokens:]
         if self.out_type == 'gap':
             return patches.mean(dim=1)
+        if self.out_type == 'avg_featmap':
+            return self.fc_norm(patches.mean(dim=1))
         B, _, D = patches.shape
         return patches.transpose(1, 2).reshape(B, D, grid[0], grid[1])
 
@@ -464,3 +494,24 @@ class ViT(BaseModule):
             x, attn = block(x, return_attention=True, grid=grid)
             maps.append(attn)
         return maps
+
+
+def _check_choices(out_type: str, with_cls_token: bool, interpolate_mode: str, pos_embed_load_mode: str,
+                   gelu_approximate: str) -> None:
+    """Refuse option values that have no meaning, before anything is built."""
+    if out_type not in OUT_TYPES:
+        raise ValueError(f'out_type must be one of {OUT_TYPES}, got {out_type!r}')
+    if out_type == 'cls_token' and not with_cls_token:
+        raise ValueError("out_type='cls_token' needs with_cls_token=True; use 'gap' (or mmpretrain's 'avg_featmap') "
+                         'for a model without class token')
+    for name, mode in (('interpolate_mode', interpolate_mode), ('pos_embed_load_mode', pos_embed_load_mode)):
+        if mode not in RESIZE_MODES:
+            raise ValueError(f'{name} must be one of {RESIZE_MODES}, got {mode!r}')
+    if gelu_approximate not in ('none', 'tanh'):
+        raise ValueError(f"gelu_approximate must be 'none' or 'tanh', got {gelu_approximate!r}")
+
+
+def _loads_weights(init_cfg: Union[dict, List[dict]]) -> bool:
+    """Whether an ``init_cfg`` loads a checkpoint (type 'Pretrained'), alone or in a list."""
+    cfgs = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
+    return any(isinstance(cfg, dict) and cfg.get('type') == 'Pretrained' for cfg in cfgs)

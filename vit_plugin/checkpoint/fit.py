@@ -1,0 +1,154 @@
+"""Loading a checkpoint for inference or export: every weight fits the config's model, or a clear error.
+
+mmengine's ``load_checkpoint`` (what mmpretrain's ``get_model`` and mmdet's ``DetInferencer`` use) is
+not strict: a weight whose shape differs from the model's (typically the classifier of a checkpoint
+trained for another number of classes) is skipped with a warning, and the model predicts with the
+config's random initialisation of that layer. For training that is sometimes wanted (fine-tuning
+from a pre-trained backbone); for inference and export it silently gives a wrong model.
+
+:func:`load_checkpoint_strict` refuses such a checkpoint, naming the weights, both shapes and the
+option for a deliberate backbone-only load. The backbone's own loading hook still adapts what it
+adapts on purpose (the position embedding to another grid, the patch kernel to another patch size,
+the recorded GELU and normalisation), so a checkpoint of the right model at another resolution loads.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+#: Prefix of the backbone's weights in mmpretrain / mmdet models.
+BACKBONE_PREFIX = 'backbone.'
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose weights do not fit the model built from the config."""
+
+
+def state_dict_of(checkpoint, filename: str) -> Dict[str, torch.Tensor]:
+    """The tensors of a loaded checkpoint: its ``state_dict`` (mmengine), ``model`` or ``module`` entry,
+    or the dict itself; ``module.`` prefixes (DDP) removed.
+
+    Raises:
+        CheckpointMismatchError: no state dict of tensors in it.
+    """
+    if isinstance(checkpoint, dict):
+        for key in ('state_dict', 'model', 'module'):
+            if isinstance(checkpoint.get(key), dict):
+                checkpoint = checkpoint[key]
+                break
+    if not isinstance(checkpoint, dict) or not checkpoint or not all(
+            isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        raise CheckpointMismatchError(
+            f'{filename} holds no state dict of tensors (looked at the file itself and its "state_dict"/"model" '
+            f'entries); pass a checkpoint saved by mmengine or torch.save')
+    return {k[7:] if k.startswith('module.') else k: v for k, v in checkpoint.items()}
+
+
+def _shape(t) -> Tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str, backbone_only: bool = False,
+                   option: str = '--backbone-only') -> Dict[str, torch.Tensor]:
+    """Check that ``state`` fits ``model`` outside the backbone; return what to load.
+
+    A bare backbone file (keys without ``backbone.``, e.g. converted official weights) gets the prefix.
+    With ``backbone_only``, only the backbone's weights are returned (the rest of the model keeps its
+    initialisation, on purpose). Otherwise every weight outside the backbone must be in ``state`` with
+    the model's shape, and ``state`` may hold nothing the model lacks there.
+
+    Raises:
+        CheckpointMismatchError: naming the weights, the checkpoint's and the model's shapes, and
+            ``option``.
+    """
+    model_state = model.state_dict()
+    if not any(k.startswith(BACKBONE_PREFIX) for k in state) and \
+            any(BACKBONE_PREFIX + k in model_state for k in state):
+        state = {BACKBONE_PREFIX + k: v for k, v in state.items()}
+    backbone = {k: v for k, v in state.items() if k.startswith(BACKBONE_PREFIX)}
+    if not backbone and any(k.startswith(BACKBONE_PREFIX) for k in model_state):
+        raise CheckpointMismatchError(f'{source} holds no backbone weights (no key starts with "backbone." or '
+                                      f'matches the backbone\'s names); it is not a checkpoint of this model.')
+    if backbone_only:
+        return backbone
+    problems: List[str] = []
+    for key, value in model_state.items():
+        if key.startswith(BACKBONE_PREFIX) or key.startswith('data_preprocessor.'):
+            continue
+        if key not in state:
+            problems.append(f'{key} {_shape(value)} is not in the checkpoint')
+        elif _shape(state[key]) != _shape(value):
+            problems.append(f'{key} has shape {_shape(state[key])} in the checkpoint and {_shape(value)} in the '
+                            f'model')
+    extra = [k for k in state if not k.startswith(BACKBONE_PREFIX) and k not in model_state]
+    problems += [f'{k} {_shape(state[k])} is in the checkpoint but not in the model' for k in extra]
+    if problems:
+        shown = '; '.join(problems[:4]) + (f'; and {len(problems) - 4} more' if len(problems) > 4 else '')
+        raise CheckpointMismatchError(
+            f'{source} does not fit the model built from the config outside its backbone: {shown}. A head '
+            f'trained for other classes (or another head design) would predict with random weights. Use the '
+            f'config the checkpoint was trained with, or pass {option} to load only the backbone on purpose '
+            f'(the rest keeps the config\'s initialisation).')
+    return state
+
+
+def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], source: str,
+                           backbone_only: bool = False) -> None:
+    """Load ``state`` (from :func:`fit_state_dict`) through the modules' loading hooks and insist that
+    every backbone weight was loaded with its shape (and, unless ``backbone_only``, every other one).
+
+    Raises:
+        CheckpointMismatchError: a weight of another shape (after the hooks' adaptations), a missing or
+            an unexpected weight.
+    """
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except (RuntimeError, ValueError) as err:  # size mismatches the loading hooks refuse or do not adapt
+        raise CheckpointMismatchError(f'{source} does not fit the model built from the config: {err}') from None
+    missing = [k for k in result.missing_keys if not backbone_only or k.startswith(BACKBONE_PREFIX)]
+    missing = [k for k in missing if not k.startswith('data_preprocessor.')]
+    unexpected = list(result.unexpected_keys)
+    if missing or unexpected:
+        details = []
+        if missing:
+            details.append(f'{len(missing)} weights of the model are not in it (e.g. {", ".join(missing[:3])})')
+        if unexpected:
+            details.append(f'{len(unexpected)} of its weights are not in the model (e.g. {", ".join(unexpected[:3])})')
+        raise CheckpointMismatchError(f'{source} does not fit the model built from the config: '
+                                      f'{" and ".join(details)}. Use the config the checkpoint was trained with.')
+
+
+def load_checkpoint_strict(model: nn.Module, filename: str, backbone_only: bool = False,
+                           option: str = '--backbone-only', map_location='cpu') -> dict:
+    """Load ``filename`` (through mmengine's loader, i.e. vit_plugin's safe one) into ``model``,
+    refusing a checkpoint that does not fit (see the module docstring).
+
+    Args:
+        model (nn.Module): The model built from the config.
+        filename (str): The checkpoint.
+        backbone_only (bool): Load only the backbone's weights, on purpose. Defaults to False.
+        option (str): How the caller spells ``backbone_only`` (named in the error message).
+            Defaults to '--backbone-only'.
+        map_location: Passed to the loader. Defaults to 'cpu'.
+
+    Returns:
+        dict: The loaded checkpoint (its ``meta`` holds e.g. the class names).
+
+    Raises:
+        CheckpointMismatchError: See :func:`fit_state_dict` and :func:`load_state_dict_strict`.
+    """
+    from mmengine.runner.checkpoint import CheckpointLoader
+    checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location)
+    state = fit_state_dict(model, state_dict_of(checkpoint, filename), filename, backbone_only, option)
+    load_state_dict_strict(model, state, filename, backbone_only)
+    return checkpoint if isinstance(checkpoint, dict) else {}
+
+
+def checkpoint_classes(checkpoint: dict) -> Optional[dict]:
+    """The dataset meta (class names) recorded in a checkpoint's meta, as mmpretrain / mmdet store it."""
+    meta = checkpoint.get('meta') or {}
+    if 'dataset_meta' in meta:
+        return {k.lower(): v for k, v in meta['dataset_meta'].items()}
+    if 'CLASSES' in meta:
+        return {'classes': meta['CLASSES']}
+    return None
