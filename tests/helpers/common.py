@@ -5,6 +5,8 @@ import os.path as osp
 import socket
 import sys
 
+import torch
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 HELPERS = osp.join(REPO, 'tests', 'helpers')
 
@@ -33,7 +35,6 @@ def run_env() -> dict:
     With fewer GPUs than the multi-process tests start ranks (one GPU, say), the GPUs are hidden, so
     every training subprocess of the tests runs on the CPU with Gloo, and runs compared with each other
     run on the same device."""
-    import torch
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]),
                PYTHON=sys.executable)
     env.pop('PJRT_DEVICE', None)
