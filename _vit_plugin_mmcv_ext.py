@@ -35,6 +35,11 @@ PTH_LINE = ("import importlib.util as u; u.find_spec('_vit_plugin_mmcv_ext') and
             "__import__('_vit_plugin_mmcv_ext').install(startup=True)\n")
 
 
+class MissingCompiledOpError(RuntimeError):
+    """An mmcv operator that needs mmcv's compiled extension, which this installation lacks. (Defined here,
+    in a module imported once, so that ``mmcv._ext`` and ``vit_plugin.ops.ext`` raise the same class.)"""
+
+
 def provider_path():
     """Path of ``vit_plugin/ops/ext.py`` for the vit_plugin this interpreter imports (or None)."""
     package = sys.modules.get('vit_plugin')  # being imported, or imported

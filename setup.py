@@ -18,6 +18,7 @@ import os
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
+from setuptools.command.develop import develop
 
 PTH = 'vit_plugin_mmcv_ext.pth'
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,19 +27,36 @@ with open('vit_plugin/version.py') as f:
     version = f.read().split("'")[1]
 
 
+def _write_startup_hook(site_dir):
+    spec = importlib.util.spec_from_file_location('hook', os.path.join(HERE, '_vit_plugin_mmcv_ext.py'))
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook.write_startup_file(site_dir)
+
+
 class BuildWithStartupHook(build_py):
-    """Also puts the start-up ``.pth`` at the top of the wheel (site-packages), as setuptools does for its
-    own ``distutils-precedence.pth``."""
+    """Puts the start-up ``.pth`` at the top of the wheel (site-packages), as setuptools does for its own
+    ``distutils-precedence.pth``; in an editable (PEP 660) build, at the top of the editable wheel."""
 
     def run(self):
         super().run()
-        spec = importlib.util.spec_from_file_location('hook', os.path.join(HERE, '_vit_plugin_mmcv_ext.py'))
-        hook = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(hook)
-        hook.write_startup_file(self.build_lib)
+        if getattr(self, 'editable_mode', False):  # the editable wheel is made of install_lib's files
+            os.makedirs(self.get_finalized_command('install').install_lib, exist_ok=True)
+            _write_startup_hook(self.get_finalized_command('install').install_lib)
+        else:
+            _write_startup_hook(self.build_lib)
 
     def get_outputs(self, include_bytecode=True):
         return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, PTH)]
+
+
+class DevelopWithStartupHook(develop):
+    """``setup.py develop`` (pip's editable install of a project without pyproject.toml): the ``.pth`` too."""
+
+    def run(self):
+        super().run()
+        if not self.uninstall:
+            _write_startup_hook(self.install_dir)
 
 
 setup(
@@ -49,7 +67,7 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['vit_plugin', 'vit_plugin.*']),
     py_modules=['_vit_plugin_mmcv_ext'],
-    cmdclass={'build_py': BuildWithStartupHook},
+    cmdclass={'build_py': BuildWithStartupHook, 'develop': DevelopWithStartupHook},
     python_requires='>=3.10',
     install_requires=[
         'torch>=2.1',

@@ -26,9 +26,10 @@ import sys
 import sysconfig
 
 import _vit_plugin_mmcv_ext as _hook
+from _vit_plugin_mmcv_ext import MissingCompiledOpError
 
 __all__ = ['install', 'ops_source', 'describe', 'check', 'install_startup_hook', 'startup_hook_path',
-           'mmcv_ext_names', 'BUILD_RECORD']
+           'mmcv_ext_names', 'MissingCompiledOpError', 'BUILD_RECORD']
 
 #: Written into the environment (``sys.prefix``) by ``tools/setup_env.sh`` when it installs a compiled
 #: mmcv: what the wheel was built for (torch, CUDA, GPU architectures).

@@ -5,8 +5,9 @@ When ``import mmcv._ext`` finds no compiled extension, the finder in ``_vit_plug
 file *as* ``mmcv._ext``, so mmcv's own Python wrappers (``mmcv.ops.nms``, ``RoIAlign``,
 ``sigmoid_focal_loss`` ...) call the functions below with the arguments they pass to the compiled
 functions, and keep working unchanged on top (autograd Functions, ``batched_nms``, ONNX symbolics).
-The file therefore imports nothing but torch and torchvision and makes no relative imports; it is
-also importable as :mod:`vit_plugin.ops.ext` (the tests compare it with compiled mmcv that way).
+The file therefore imports nothing but torch, torchvision and the (standard-library) start-up hook module,
+and makes no relative imports; it is also importable as :mod:`vit_plugin.ops.ext` (the tests compare it
+with compiled mmcv that way).
 
 Provided, on CPU and CUDA, forward and backward (mmcv's names and signatures; outputs written into the
 tensors mmcv allocates, as its kernels do):
@@ -15,8 +16,9 @@ tensors mmcv allocates, as its kernels do):
   mmcv's. The threshold is compared in float32, as mmcv does.
 - ``roi_align_forward`` / ``roi_align_backward``: torchvision's RoIAlign kernels (the same Detectron
   algorithm as mmcv's, ``aligned`` on and off, any ``sampling_ratio``), average pooling.
-- ``sigmoid_focal_loss_forward`` / ``_backward``: mmcv's CUDA kernel formulas in torch; compiled mmcv
-  has them on CUDA only, these run on any device.
+- ``sigmoid_focal_loss_forward`` / ``_backward``: mmcv's CUDA kernel formulas in torch, with
+  log-sigmoids (exact for confident logits, where the kernel saturates); compiled mmcv has them on CUDA
+  only, these run on any device.
 - ``get_compiler_version`` / ``get_compiling_cuda_version`` (reported by ``mmcv.utils.collect_env``).
 
 Every other attribute name is an operator this file does not provide: it resolves to a callable that
@@ -28,7 +30,9 @@ import struct
 import sys
 
 import torch
+import torch.nn.functional as F
 import torchvision  # noqa: F401  (registers the torch.ops.torchvision kernels)
+from _vit_plugin_mmcv_ext import MissingCompiledOpError
 
 __all__ = ['nms', 'roi_align_forward', 'roi_align_backward', 'sigmoid_focal_loss_forward',
            'sigmoid_focal_loss_backward', 'get_compiler_version', 'get_compiling_cuda_version',
@@ -47,10 +51,6 @@ HOW_TO_GET_COMPILED = (
     '`MMCV_WHEEL=/path/to/mmcv-2.1.0-<tags>.whl make setup` (a wheel built elsewhere); in your own '
     'environment replace mmcv-lite with a compiled mmcv<2.2 built for your torch. '
     'See docs/installation.md, "Compiled mmcv".')
-
-
-class MissingCompiledOpError(RuntimeError):
-    """An mmcv operator that needs mmcv's compiled extension, which this installation lacks."""
 
 
 def _float32(value):
@@ -83,7 +83,11 @@ def nms(boxes, scores, iou_threshold, offset=0):
         # Widening every box by `offset` at its far corner gives the same intersections and areas as
         # mmcv's `x2 - x1 + offset`.
         boxes = torch.cat([boxes[:, :2], boxes[:, 2:] + offset], dim=1)
-    return torch.ops.torchvision.nms(boxes, scores, _float32(iou_threshold))
+    # mmcv visits the boxes in the order of `scores.sort(descending=True)`, which is not stable: tied scores
+    # come in that sort's order. torchvision sorts stably, so it keeps the order of boxes already sorted.
+    order = scores.sort(0, descending=True)[1]
+    keep = torch.ops.torchvision.nms(boxes[order], scores[order], _float32(iou_threshold))
+    return order[keep]
 
 
 # --------------------------------------------------------------------------------------------- RoIAlign
@@ -153,25 +157,28 @@ def sigmoid_focal_loss_forward(input, target, weight, output, gamma, alpha):
     """Element-wise sigmoid focal loss into ``output`` (mmcv's CUDA kernel, on any device).
 
     ``target`` holds a class index per row; ``num_classes`` (one past the last class) is background.
+    mmcv's kernel computes ``log(max(p, FLT_MIN))`` and ``log(max(1 - p, FLT_MIN))``; here ``log p`` and
+    ``log(1 - p)`` are log-sigmoids and ``1 - p`` is ``sigmoid(-x)``: the same values where float32 can
+    hold them, and the exact loss (as mmdet's PyTorch version gives) for confident logits (``|x| > 17``)
+    where ``1 - p`` rounds to 0 and the kernel's loss saturates.
     """
     x, positive, row_weight = _focal_parts(input, target, weight)
-    tiny = torch.finfo(x.dtype).tiny  # mmcv's FLT_MIN guard inside the logarithms
-    p = torch.sigmoid(x)
-    term_p = (1 - p).pow(gamma) * torch.log(p.clamp(min=tiny))
-    term_n = p.pow(gamma) * torch.log((1 - p).clamp(min=tiny))
-    loss = torch.where(positive, -alpha * term_p, -(1 - alpha) * term_n)
+    p, q = torch.sigmoid(x), torch.sigmoid(-x)  # q = 1 - p
+    log_p, log_q = F.logsigmoid(x), F.logsigmoid(-x)
+    loss = torch.where(positive, -alpha * q.pow(gamma) * log_p, -(1 - alpha) * p.pow(gamma) * log_q)
     if row_weight is not None:
         loss = loss * row_weight
     output.copy_(loss)
 
 
 def sigmoid_focal_loss_backward(input, target, weight, grad_input, gamma, alpha):
-    """The loss's derivative with respect to the logits into ``grad_input`` (mmcv's CUDA kernel)."""
+    """The loss's derivative with respect to the logits into ``grad_input`` (mmcv's CUDA kernel's formula,
+    with the log-sigmoids of the forward)."""
     x, positive, row_weight = _focal_parts(input, target, weight)
-    tiny = torch.finfo(x.dtype).tiny
-    p = torch.sigmoid(x)
-    term_p = (1 - p).pow(gamma) * (1 - p - gamma * p * torch.log(p.clamp(min=tiny)))
-    term_n = p.pow(gamma) * (gamma * (1 - p) * torch.log((1 - p).clamp(min=tiny)) - p)
+    p, q = torch.sigmoid(x), torch.sigmoid(-x)
+    log_p, log_q = F.logsigmoid(x), F.logsigmoid(-x)
+    term_p = q.pow(gamma) * (q - gamma * p * log_p)
+    term_n = p.pow(gamma) * (gamma * q * log_q - p)
     grad = torch.where(positive, -alpha * term_p, -(1 - alpha) * term_n)
     if row_weight is not None:
         grad = grad * row_weight
