@@ -137,6 +137,23 @@ def test_roi_align_reads_channels_last_maps_by_value(with_provider):
     torch.testing.assert_close(channels_last.grad, plain.grad, rtol=0, atol=0)
 
 
+def test_half_precision_maps_on_the_cpu(with_provider):
+    """Under CPU autocast the heads may see bf16 / fp16 maps: NMS and RoIAlign run them in float32 (neither
+    torchvision nor compiled mmcv has such CPU kernels) and answer in the input's dtype."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 16, 16)
+    rois = torch.tensor([[0, 1., 2., 12., 13.], [0, 4., 0., 15., 9.]])
+    reference = mmcv.ops.roi_align(x, rois, (4, 4), 1.0, 2, 'avg', True)
+    for dtype in (torch.bfloat16, torch.float16):
+        low = x.to(dtype).requires_grad_()
+        out = mmcv.ops.roi_align(low, rois.to(dtype), (4, 4), 1.0, 2, 'avg', True)
+        out.float().sum().backward()
+        assert out.dtype == low.grad.dtype == dtype
+        torch.testing.assert_close(out.float(), reference, rtol=0.02, atol=0.02)
+        boxes = torch.tensor([[0., 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], dtype=dtype)
+        assert mmcv.ops.nms(boxes, torch.tensor([.9, .8, .7], dtype=dtype), 0.5)[1].tolist() == [0, 2]
+
+
 def _focal_inputs(num_classes=5):
     torch.manual_seed(0)
     logits = torch.cat([torch.randn(80, num_classes) * 4,

@@ -31,7 +31,7 @@ PLAN_ONLY=0
 case "${1:-}" in
   '') ;;
   --plan) PLAN_ONLY=1 ;;
-  -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "error: unknown argument '$1' (expected --plan or nothing)" >&2; exit 2 ;;
 esac
 

@@ -99,6 +99,14 @@ def _check_pool_mode(pool_mode):
             + HOW_TO_GET_COMPILED)
 
 
+def _cpu_float(tensor):
+    """torchvision's CPU RoIAlign has float32 and float64 kernels only: fp16 / bf16 maps (CPU autocast) are
+    pooled in float32 and the result cast back by the caller's output tensor."""
+    if tensor.device.type == 'cpu' and tensor.dtype not in (torch.float32, torch.float64):
+        return tensor.float()
+    return tensor
+
+
 def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height, aligned_width, spatial_scale,
                       sampling_ratio, pool_mode, aligned):
     """RoIAlign forward into ``output`` (mmcv's ``ext_module.roi_align_forward``).
@@ -107,6 +115,7 @@ def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height, a
     ``spatial_scale``. ``argmax_y`` / ``argmax_x`` belong to max pooling, which is not provided.
     """
     _check_pool_mode(pool_mode)
+    input = _cpu_float(input)
     if rois.dtype != input.dtype:
         rois = rois.to(input.dtype)
     result = torch.ops.torchvision.roi_align(input, rois, float(spatial_scale), int(aligned_height),
@@ -122,6 +131,7 @@ def roi_align_backward(grad_output, rois, argmax_y, argmax_x, grad_input, aligne
     kernel (deterministic, slower) instead of the CUDA one, whose atomic adds are not.
     """
     _check_pool_mode(pool_mode)
+    grad_output = _cpu_float(grad_output)
     batch, channels, height, width = grad_input.shape
     if rois.dtype != grad_output.dtype:
         rois = rois.to(grad_output.dtype)
