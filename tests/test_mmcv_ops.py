@@ -326,6 +326,16 @@ def test_any_import_order_works(lite_mmcv, tmp_path):
         assert 'mmcv-lite' not in err, ((hook, first), err[-2000:])
 
 
+def test_a_wheel_carries_the_start_up_hook(tmp_path):
+    """setup.py's build puts the hook module and its .pth at the top of the wheel (site-packages)."""
+    import _vit_plugin_mmcv_ext as hook
+    proc = subprocess.run([sys.executable, 'setup.py', '-q', 'build_py', '--build-lib', str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / hook.PTH_NAME).read_text() == hook.PTH_LINE
+    assert (tmp_path / '_vit_plugin_mmcv_ext.py').is_file() and (tmp_path / 'vit_plugin' / 'ops' / 'ext.py').is_file()
+
+
 @pytest.mark.slow
 def test_mmdets_own_train_and_test_tools_with_custom_imports(lite_mmcv, tmp_path):
     """mmdet's tools/train.py and tools/test.py (as shipped in its wheel) on a ViT Mask R-CNN config that
