@@ -51,12 +51,15 @@ class BuildWithStartupHook(build_py):
 
 
 class DevelopWithStartupHook(develop):
-    """``setup.py develop`` (pip's editable install of a project without pyproject.toml): the ``.pth`` too."""
+    """``setup.py develop`` (how pip installs a project without pyproject.toml in editable mode while
+    setuptools < 80): the ``.pth`` too. (setuptools 80's ``develop`` calls pip, whose editable wheel gets the
+    ``.pth`` from :class:`BuildWithStartupHook`.)"""
 
     def run(self):
         super().run()
-        if not self.uninstall:
-            _write_startup_hook(self.install_dir)
+        site_dir = getattr(self, 'install_dir', None)
+        if site_dir and not getattr(self, 'uninstall', False):
+            _write_startup_hook(site_dir)
 
 
 setup(
