@@ -499,10 +499,17 @@ def test_plan_compiled_cpu_kernels_cache_and_keep(plan_tool, tmp_path):
     assert (plan['action'], plan['wheel']) == ('cached', str(wheel))
     # the virtualenv already has it: nothing to do, and without MMCV_OPS it stays compiled
     (tmp_path / 'venv').mkdir()
-    (tmp_path / 'venv' / plan_tool.RECORD).write_text(json.dumps(dict(key='torch-2.9.0-cpu', python=py, mmcv='2.1.0',
-                                                                      wheel=str(wheel))))
+    record = dict(key='torch-2.9.0-cpu', torch='2.9.0', python=py, mmcv='2.1.0', wheel=str(wheel))
+    (tmp_path / 'venv' / plan_tool.RECORD).write_text(json.dumps(record))
     assert _plan(plan_tool, tmp_path)['action'] == 'keep'
+    assert _plan(plan_tool, tmp_path, MMCV_OPS='compiled')['action'] == 'keep'
     assert _plan(plan_tool, tmp_path, MMCV_OPS='lite')['action'] == 'lite'
+    # a wheel from MMCV_WHEEL (key unknown) stays too, until torch changes or MMCV_OPS=compiled re-decides
+    (tmp_path / 'venv' / plan_tool.RECORD).write_text(json.dumps(dict(record, key=None)))
+    assert _plan(plan_tool, tmp_path)['action'] == 'keep'
+    assert _plan(plan_tool, tmp_path, MMCV_OPS='compiled')['action'] == 'cached'
+    newer_torch = json.dumps(dict(torch='2.10.0', cuda='12.8'))
+    assert _plan(plan_tool, tmp_path, VIT_PLUGIN_CUDA_PROBE=newer_torch)['action'] == 'build'
 
 
 def test_plan_mmcv_wheel_and_bad_requests(plan_tool, tmp_path):

@@ -18,7 +18,8 @@ The decision:
   The wheel is cached under ``<cache>/wheels/torch-<version>-<cpu | cuXYZ-sm_A-sm_B>/`` and reused by
   every later set-up with the same key (the file name carries the Python tag).
 - ``MMCV_WHEEL=/path/to/mmcv-2.1.0-<tags>.whl``: that wheel (built elsewhere, e.g. once for a cluster).
-- Without ``MMCV_OPS`` the virtualenv keeps what it has: a compiled mmcv installed by the set-up stays.
+- Without ``MMCV_OPS`` the virtualenv keeps what it has: a compiled mmcv installed by the set-up (built
+  here or from ``MMCV_WHEEL``) stays while it fits the locked torch and the Python.
 
 Inputs from the environment: MMCV_OPS, MMCV_WHEEL, TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME (or
 CUDA_PATH), CUDA_VISIBLE_DEVICES, VIT_PLUGIN_CACHE, PATH (``nvcc``, ``nvidia-smi``). torch's version and
@@ -192,7 +193,8 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
     """The plan. ``action`` is one of:
 
     - 'lite': install mmcv-lite (nothing compiled);
-    - 'keep': the compiled mmcv in the virtualenv already matches the key;
+    - 'keep': the compiled mmcv in the virtualenv stays (MMCV_OPS unset and it fits torch and Python, or
+      it matches the key);
     - 'cached': install the cached wheel ``wheel``;
     - 'wheel': install the wheel ``MMCV_WHEEL`` names;
     - 'build': compile ``mmcv==mmcv_version`` with ``build_env`` into ``cache_dir``, then install it;
@@ -237,6 +239,14 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
         return plan
     mode = requested or ('compiled' if record else 'lite')
     plan['mode'] = mode
+    if mode == 'compiled' and not requested and record and (record.get('torch'), record.get('python'),
+                                                             record.get('mmcv')) == (probe['torch'], python_tag,
+                                                                                    mmcv_version):
+        # MMCV_OPS unset: the compiled mmcv the virtualenv has stays while it fits torch and Python (a wheel
+        # from MMCV_WHEEL included, whose key may be unknown). MMCV_OPS=compiled re-decides for this host.
+        plan.update(action='keep', wheel=record.get('wheel'), key=record.get('key'), cuda=record.get('cuda'),
+                    archs=record.get('archs') or [])
+        return plan
     if mode == 'lite':
         plan.update(action='lite', cuda=probe['cuda'])
         devices = f"CPU and CUDA {probe['cuda']}" if probe['cuda'] else 'CPU'
@@ -298,7 +308,7 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
         plan['notes'].append('CPU kernels (no GPU visible)' if not gpus else 'CPU kernels')
     plan['key'] = key
     plan['cache_dir'] = osp.join(cache, 'wheels', key)
-    if record and record.get('key') == key and record.get('python') == python_tag and record.get('mmcv') == mmcv_version:
+    if record and (record.get('key'), record.get('python'), record.get('mmcv')) == (key, python_tag, mmcv_version):
         plan.update(action='keep', wheel=record.get('wheel'))
         return plan
     cached = sorted(f for f in (os.listdir(plan['cache_dir']) if osp.isdir(plan['cache_dir']) else [])
