@@ -95,14 +95,15 @@ def test_nms_and_batched_nms_match_compiled_mmcv(monkeypatch):
 
 def _check_nms(which):
     for i, c in enumerate(_cases('nms')):
-        dets, keep = mmcv.ops.nms(torch.from_numpy(c['boxes']), torch.from_numpy(c['scores']), float(c['iou_threshold']),
-                                  offset=int(c['offset']), score_threshold=float(c['score_threshold']),
-                                  max_num=int(c['max_num']))
+        dets, keep = mmcv.ops.nms(torch.from_numpy(c['boxes']), torch.from_numpy(c['scores']),
+                                  float(c['iou_threshold']), offset=int(c['offset']),
+                                  score_threshold=float(c['score_threshold']), max_num=int(c['max_num']))
         assert keep.dtype == torch.long and keep.tolist() == c['keep'].tolist(), (which, i)
         np.testing.assert_allclose(dets.numpy(), c['dets'], rtol=0, atol=1e-5, err_msg=f'{which} {i}')
     for i, c in enumerate(_cases('batched')):
+        nms_cfg = dict(type='nms', iou_threshold=float(c['iou_threshold']))
         dets, keep = mmcv.ops.batched_nms(torch.from_numpy(c['boxes']), torch.from_numpy(c['scores']),
-                                          torch.from_numpy(c['idxs']), dict(type='nms', iou_threshold=float(c['iou_threshold'])),
+                                          torch.from_numpy(c['idxs']), nms_cfg,
                                           class_agnostic=bool(c['class_agnostic']))
         assert keep.tolist() == c['keep'].tolist(), (which, i)
         np.testing.assert_allclose(dets.numpy(), c['dets'], rtol=0, atol=1e-5, err_msg=f'{which} {i}')
@@ -294,13 +295,14 @@ def test_any_import_order_works(lite_mmcv, tmp_path):
     only on PYTHONPATH, or VIT_PLUGIN_OPS_HOOK=0) importing vit_plugin first works, and mmcv.ops first
     fails at once on the missing module (the docs say what to do). A compiled mmcv._ext, when there is one,
     is found before the hook's finder. One interpreter per case, all at once."""
-    cases = {(True, first): f'import {first}\n' + ''.join(f'import {m}\n' for m in ('vit_plugin', 'mmcv.ops', 'mmdet.models')
-                                                            if m != first) + WORKS
-             for first in ('mmcv.ops', 'mmdet.models', 'vit_plugin')}
+    modules = ('vit_plugin', 'mmcv.ops', 'mmdet.models')
+    cases = {(True, first): ''.join(f'import {m}\n' for m in [first] + [m for m in modules if m != first]) + WORKS
+             for first in modules}
     cases[(False, 'vit_plugin')] = 'import vit_plugin\n' + WORKS
     cases[(False, 'mmcv.ops')] = 'import mmcv.ops\n'
-    procs = {case: subprocess.Popen([sys.executable, '-c', _prelude(lite_mmcv, case[0]) + code], env=_env(lite_mmcv, case[0]),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    procs = {case: subprocess.Popen([sys.executable, '-c', _prelude(lite_mmcv, case[0]) + code],
+                                    env=_env(lite_mmcv, case[0]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, cwd=REPO)
              for case, code in cases.items()}
     # a compiled mmcv._ext (a stand-in module file in another mmcv copy) is found first, the finder kept last
     source = importlib.util.find_spec('mmcv').submodule_search_locations[0]
@@ -484,7 +486,8 @@ def test_plan_compiled_cpu_kernels_cache_and_keep(plan_tool, tmp_path):
                                                                 dict(MMCV_WITH_OPS='1', FORCE_CUDA='0'))
     # a GPU with a CPU-only torch: CPU kernels
     _fake_nvidia_smi(tmp_path / 'bin', ('NVIDIA L4', '8.9'))
-    cpu_torch = _plan(plan_tool, tmp_path, MMCV_OPS='compiled', VIT_PLUGIN_CUDA_PROBE=json.dumps(dict(torch='2.9.0', cuda=None)))
+    cpu_torch = _plan(plan_tool, tmp_path, MMCV_OPS='compiled',
+                      VIT_PLUGIN_CUDA_PROBE=json.dumps(dict(torch='2.9.0', cuda=None)))
     assert cpu_torch['key'] == 'torch-2.9.0-cpu' and 'CPU-only' in plan_tool.describe(cpu_torch)
     (tmp_path / 'bin' / 'nvidia-smi').unlink()
     # a cached wheel of this key and Python is installed, not rebuilt; one of another Python is not
@@ -517,7 +520,8 @@ def test_plan_mmcv_wheel_and_bad_requests(plan_tool, tmp_path):
     built = tmp_path / 'elsewhere' / f'mmcv-2.1.0-{py}-{py}-linux_x86_64.whl'
     built.parent.mkdir()
     built.write_text('')
-    (built.parent / 'build.json').write_text(json.dumps(dict(key='torch-2.9.0-cu128-sm_90', cuda='12.8', archs=['sm_90'])))
+    (built.parent / 'build.json').write_text(json.dumps(dict(key='torch-2.9.0-cu128-sm_90', cuda='12.8',
+                                                             archs=['sm_90'])))
     plan = _plan(plan_tool, tmp_path, MMCV_WHEEL=str(built))
     assert (plan['mode'], plan['action'], plan['wheel'], plan['archs']) == ('compiled', 'wheel', str(built), ['sm_90'])
     other = built.with_name('mmcv-2.1.0-cp39-cp39-linux_x86_64.whl')

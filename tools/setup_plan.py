@@ -239,9 +239,9 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
         return plan
     mode = requested or ('compiled' if record else 'lite')
     plan['mode'] = mode
-    if mode == 'compiled' and not requested and record and (record.get('torch'), record.get('python'),
-                                                             record.get('mmcv')) == (probe['torch'], python_tag,
-                                                                                    mmcv_version):
+    installed = (record.get('torch'), record.get('python'), record.get('mmcv')) if record else None
+    fits = installed == (probe['torch'], python_tag, mmcv_version)
+    if mode == 'compiled' and not requested and fits:
         # MMCV_OPS unset: the compiled mmcv the virtualenv has stays while it fits torch and Python (a wheel
         # from MMCV_WHEEL included, whose key may be unknown). MMCV_OPS=compiled re-decides for this host.
         plan.update(action='keep', wheel=record.get('wheel'), key=record.get('key'), cuda=record.get('cuda'),
@@ -268,7 +268,8 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
             except ValueError as error:
                 return stop(str(error))
         else:
-            archs = sorted({g['capability'] for g in gpus if g['capability']}, key=lambda a: tuple(map(int, a.split('.'))))
+            archs = sorted({g['capability'] for g in gpus if g['capability']},
+                           key=lambda a: tuple(map(int, a.split('.'))))
             if not archs or any(g['capability'] is None for g in gpus):
                 return stop('cannot tell the GPU architectures to compile for (nvidia-smi does not report them'
                             + (' and no GPU is visible' if not gpus else '') + "): set TORCH_CUDA_ARCH_LIST, e.g. "
@@ -293,8 +294,8 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
             unsupported = [a for a in archs if a.split('+')[0].rstrip('a') not in nvcc['archs']]
             if unsupported:
                 return stop(f"nvcc {nvcc['version']} ({nvcc['path']}) cannot compile for "
-                            f"{', '.join(_sm(a) for a in unsupported)}: use a newer CUDA {torch_major}.x toolkit, or set "
-                            'TORCH_CUDA_ARCH_LIST to architectures it supports')
+                            f"{', '.join(_sm(a) for a in unsupported)}: use a newer CUDA {torch_major}.x toolkit, "
+                            'or set TORCH_CUDA_ARCH_LIST to architectures it supports')
         key = f"torch-{probe['torch']}-cu{probe['cuda'].replace('.', '')}-" + '-'.join(_sm(a) for a in archs)
         plan.update(cuda=probe['cuda'], archs=[_sm(a) for a in archs])
         plan['build_env'] = dict(MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=';'.join(archs),

@@ -23,8 +23,9 @@ import torch
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+TINY_VIT = osp.join(REPO, 'configs', '_base_', 'models', 'vit_tiny_shapes.py')
 CASCADE = f'''
-_base_ = ['mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py', {osp.join(REPO, 'configs', '_base_', 'models', 'vit_tiny_shapes.py')!r}]
+_base_ = ['mmdet::cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py', {TINY_VIT!r}]
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 model = dict(
     data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3),

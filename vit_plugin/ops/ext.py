@@ -75,8 +75,8 @@ def nms(boxes, scores, iou_threshold, offset=0):
         return boxes.new_empty((0, ), dtype=torch.long)
     if offset not in (0, 1):
         raise ValueError(f'nms: offset must be 0 or 1, got {offset}')
-    if boxes.dtype != scores.dtype or (boxes.device.type == 'cpu' and boxes.dtype not in (torch.float32,
-                                                                                           torch.float64)):
+    cpu_kernel_dtype = boxes.dtype in (torch.float32, torch.float64)
+    if boxes.dtype != scores.dtype or (boxes.device.type == 'cpu' and not cpu_kernel_dtype):
         # torchvision needs one dtype; float32 keeps the score order of fp16/bf16 scores and boxes
         boxes, scores = boxes.float(), scores.float()
     if offset:
