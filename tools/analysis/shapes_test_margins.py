@@ -61,12 +61,12 @@ def main(argv=None):
     sys.path[:0] = [TESTS, osp.join(TESTS, 'helpers')]
     import test_detection as t
     overrides = BROKEN if args.break_roi_stride else {}
-    todo = [(s, c) for c in args.capabilities for s in args.seeds]
+    pending = [(s, c) for c in args.capabilities for s in args.seeds]
     runs, running = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        while todo or running:
-            while todo and len(running) < args.jobs:
-                seed, cap = todo.pop(0)
+        while pending or running:
+            while pending and len(running) < args.jobs:
+                seed, cap = pending.pop(0)
                 work = osp.join(tmp, f'{cap}_{seed}')
                 running.append((seed, cap, _launch(seed, None if cap == 'native' else cap, args.threads, overrides,
                                                    work)))
