@@ -117,7 +117,8 @@ elif [ "$PLAN_ACTION" = build ]; then
 fi
 
 # One resolve for everything, bound by downloads: every pin is a wheel, nothing is compiled. Python
-# byte-compiles what is imported when it is first imported (--no-compile: rather than all 14,000 files at install time).
+# byte-compiles each module when it is first imported (--no-compile: rather than all 14,000 files at
+# install time).
 log "installing the pinned stack (torch, torch-xla, OpenMMLab, mmcv: $PLAN_MODE), test and export tools, vit_plugin (editable)"
 pip_run install -q --no-compile -c "$LOCK" --no-build-isolation -r requirements/stack.txt "${MMCV_REQUIREMENTS[@]}" \
   -r requirements/tests.txt -r requirements/deploy.txt -e .
