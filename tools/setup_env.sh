@@ -1,91 +1,157 @@
 #!/usr/bin/env bash
 # Create or update the project virtualenv (.venv) with the pinned stack. Idempotent: when nothing
-# changed since the last successful run it only checks the imports (a few seconds).
+# changed since the last successful run it only checks the imports and the operators (a few seconds).
 #
-# Environment knobs: VENV (default .venv), PYTHON (default python3.11, else python3 if it is 3.11),
-# VIT_PLUGIN_CACHE (default ~/.cache/vit_plugin; holds the built mmcv wheel).
+# By default nothing is compiled: mmcv comes as mmcv-lite (mmcv's Python code) and vit_plugin provides
+# the compiled operators our models use from torchvision, on CPU and CUDA (docs/installation.md).
+#
+#   bash tools/setup_env.sh              # set up (what `make setup` runs)
+#   bash tools/setup_env.sh --plan       # print what it would do about mmcv on this host; change nothing
+#
+# Environment knobs:
+#   VENV              the virtualenv (default .venv)
+#   PYTHON            the interpreter for a new virtualenv (default: python3.11, else python3.12, python3.10,
+#                     python3 if it is one of those)
+#   MMCV_OPS          lite (mmcv-lite + torchvision kernels; the default) or compiled (mmcv built from
+#                     source for this host: CPU kernels, plus CUDA ones when a GPU and a matching nvcc
+#                     are present). Unset, an existing virtualenv keeps what it has.
+#   MMCV_WHEEL        install this compiled mmcv wheel (built elsewhere) instead of building one
+#   TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME, MAX_JOBS   for MMCV_OPS=compiled (vit_plugin/ops/setup_plan.py)
+#   VIT_PLUGIN_CACHE  default ~/.cache/vit_plugin; wheels/ there holds compiled mmcv wheels, keyed by torch
+#                     version, CUDA version (or cpu) and GPU architectures
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-CACHE=${VIT_PLUGIN_CACHE:-$HOME/.cache/vit_plugin}
-MMCV_VERSION=2.1.0
 LOCK=requirements/lock.txt
+RECORD=vit_plugin_mmcv_build.json  # in the virtualenv: the compiled mmcv it has (vit_plugin/ops/setup_plan.py)
 log() { printf '[setup] %s\n' "$*"; }
 
+PLAN_ONLY=0
+case "${1:-}" in
+  '') ;;
+  --plan) PLAN_ONLY=1 ;;
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+  *) echo "error: unknown argument '$1' (expected --plan or nothing)" >&2; exit 2 ;;
+esac
+
+python_ok() {  # the pinned stack has wheels for CPython 3.10, 3.11 and 3.12
+  "$1" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null
+}
+
 find_python() {
-  for candidate in "${PYTHON:-}" python3.11 python3; do
-    [ -n "$candidate" ] || continue
-    if command -v "$candidate" >/dev/null 2>&1 && \
-       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-      echo "$candidate"; return 0
-    fi
+  if [ -x "$VENV/bin/python" ]; then echo "$VENV/bin/python"; return 0; fi
+  if [ -n "${PYTHON:-}" ]; then
+    if command -v "$PYTHON" >/dev/null 2>&1 && python_ok "$PYTHON"; then echo "$PYTHON"; return 0; fi
+    echo "error: PYTHON=$PYTHON is not Python 3.10, 3.11 or 3.12" >&2; return 1
+  fi
+  for candidate in python3.11 python3.12 python3.10 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && python_ok "$candidate"; then echo "$candidate"; return 0; fi
   done
-  echo "error: Python 3.11 is required (the pinned stack is tested on it); set PYTHON=/path/to/python3.11" >&2
+  echo "error: Python 3.10, 3.11 or 3.12 is required (CI tests 3.11); set PYTHON=/path/to/python3.11" >&2
   return 1
 }
 
-stamp_of_inputs() {
-  cat requirements/*.txt setup.py tools/setup_env.sh | sha256sum | cut -d' ' -f1
-}
-
 verify() {
-  "$VENV/bin/python" - <<'PY'
-import importlib, sys
+  # First imports byte-compile the packages; on Python 3.12 that prints mmdet's and mmpretrain's
+  # invalid-escape SyntaxWarnings once. They say nothing about the set-up.
+  local -x PYTHONWARNINGS=ignore::SyntaxWarning
+  "$VENV/bin/python" - <<'PY' || return 1
+import importlib
 for name in ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmcv.ops', 'mmpretrain.models', 'mmdet',
-             'mmdet.models', 'torch_xla', 'timm', 'scipy', 'onnx', 'onnxruntime'):
+             'mmdet.models', 'torch_xla', 'timm', 'scipy', 'onnx', 'onnxruntime', 'vit_plugin'):
     importlib.import_module(name)
-import mmcv, mmdet, mmengine, mmpretrain, torch, torch_xla
-print(f'[setup] ok: torch {torch.__version__}, torch_xla {torch_xla.__version__}, mmengine '
-      f'{mmengine.__version__}, mmcv {mmcv.__version__} (ops), mmpretrain {mmpretrain.__version__}, '
+import mmcv, mmdet, mmengine, mmpretrain, sys, torch, torch_xla
+print(f'[setup] ok: Python {sys.version.split()[0]}, torch {torch.__version__}, torch_xla {torch_xla.__version__}, '
+      f'mmengine {mmengine.__version__}, mmcv {mmcv.__version__}, mmpretrain {mmpretrain.__version__}, '
       f'mmdet {mmdet.__version__}')
 PY
+  # where NMS / RoIAlign come from, after running them on the CPU and on every visible GPU
+  "$VENV/bin/python" -m vit_plugin.ops | sed 's/^/[setup] /'
+  return "${PIPESTATUS[0]}"
 }
 
+PY=$(find_python)
+if [ "$PLAN_ONLY" = 1 ]; then
+  exec "$PY" vit_plugin/ops/setup_plan.py --venv "$VENV"
+fi
+PLAN=$("$PY" vit_plugin/ops/setup_plan.py --venv "$VENV" --shell)
+eval "$PLAN"
+if [ "$PLAN_ACTION" = stop ]; then
+  printf '%s\n' "$PLAN_TEXT" | sed 's/^/[setup] /' >&2
+  log "stopped before changing anything"
+  exit 1
+fi
+
 STAMP_FILE="$VENV/.vit_plugin_stamp"
-STAMP=$(stamp_of_inputs)
+STAMP=$( { cat requirements/*.txt setup.py tools/setup_env.sh vit_plugin/ops/setup_plan.py _vit_plugin_mmcv_ext.py;
+           echo "$PLAN_MODE $PLAN_KEY $PLAN_WHEEL"; } | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$STAMP" ] && verify 2>/dev/null; then
   exit 0
 fi
 
 start=$(date +%s)
-PY=$(find_python)
 if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV with $PY"
+  log "creating $VENV with $PY ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
   "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # Some machines' pip configuration names local index folders that do not exist; pip warns about each
 # one on every call. Drop only that noise.
 pip_run() { "${PIP[@]}" "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
-CONSTRAINTS=()
-[ -f "$LOCK" ] && CONSTRAINTS=(-c "$LOCK")
+has_dist() { "$VENV/bin/python" -c "import importlib.metadata as m, sys; m.distribution(sys.argv[1])" "$1" 2>/dev/null; }
 
-log "installing the pinned stack (torch, torch-xla, OpenMMLab)"
-pip_run install -q "${CONSTRAINTS[@]}" wheel ninja -r requirements/stack.txt
+# The editable install below builds with the virtualenv's own setuptools (Python 3.12 venvs have none).
+pip_run install -q -c "$LOCK" 'setuptools<81' wheel
 
-# mmcv: PyPI has only a source release for this torch. Build it once (CPU ops, against the torch just
-# installed, hence no build isolation) and keep the wheel in the cache so a new venv takes seconds.
-WHEELS="$CACHE/wheels"
-mkdir -p "$WHEELS"
-TORCH_TAG=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
-MMCV_WHEEL=$(ls "$WHEELS"/torch-"$TORCH_TAG"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)
-if [ -z "$MMCV_WHEEL" ]; then
-  log "building mmcv $MMCV_VERSION with CPU ops from source (about 20-30 minutes on 2 cores, once)"
-  BUILD_DIR=$(mktemp -d)
-  MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-    pip_run wheel -q --no-deps --no-build-isolation -w "$BUILD_DIR" "mmcv==$MMCV_VERSION"
-  mkdir -p "$WHEELS/torch-$TORCH_TAG"
-  mv "$BUILD_DIR"/mmcv-*.whl "$WHEELS/torch-$TORCH_TAG/"
-  rm -rf "$BUILD_DIR"
-  MMCV_WHEEL=$(ls "$WHEELS"/torch-"$TORCH_TAG"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)
+MMCV_REQUIREMENTS=()
+if [ "$PLAN_MODE" = lite ]; then
+  if has_dist mmcv; then  # a compiled mmcv from an earlier MMCV_OPS=compiled set-up: the same files
+    log "replacing the compiled mmcv with mmcv-lite"
+    pip_run uninstall -q -y mmcv
+  fi
+  rm -f "$VENV/$RECORD"
+  MMCV_REQUIREMENTS=(-r requirements/mmcv_lite.txt)
+elif [ "$PLAN_ACTION" = build ]; then
+  MMCV_REQUIREMENTS=(ninja)
 fi
-log "installing $(basename "$MMCV_WHEEL")"
-pip_run install -q "${CONSTRAINTS[@]}" "$MMCV_WHEEL"
 
-log "installing test and export tools and vit_plugin (editable)"
-pip_run install -q "${CONSTRAINTS[@]}" -r requirements/tests.txt -r requirements/deploy.txt
-pip_run install -q --no-deps --no-build-isolation -e .
+# One resolve for everything, bound by downloads: every pin is a wheel, nothing is compiled. Python
+# byte-compiles each module when it is first imported (--no-compile: rather than all 14,000 files at
+# install time).
+log "installing the pinned stack (torch, torch-xla, OpenMMLab, mmcv: $PLAN_MODE), test and export tools, vit_plugin (editable)"
+pip_run install -q --no-compile -c "$LOCK" --no-build-isolation -r requirements/stack.txt "${MMCV_REQUIREMENTS[@]}" \
+  -r requirements/tests.txt -r requirements/deploy.txt -e .
+
+if [ "$PLAN_MODE" = compiled ] && [ "$PLAN_ACTION" != keep ]; then
+  printf '%s\n' "$PLAN_TEXT" | sed 's/^/[setup] /'
+  if [ "$PLAN_ACTION" = build ]; then
+    log "compiling mmcv $PLAN_MMCV (once per key: $PLAN_KEY; a CPU-only build takes about 10-25 minutes on 2 cores)"
+    BUILD_DIR=$(mktemp -d)
+    # shellcheck disable=SC2086  # PLAN_BUILD_ENV is NAME=value words
+    env $PLAN_BUILD_ENV MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+      "${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$BUILD_DIR" "mmcv==$PLAN_MMCV" \
+      2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+    mkdir -p "$PLAN_CACHE_DIR"
+    BUILT=$(ls "$BUILD_DIR"/mmcv-*.whl)
+    mv "$BUILT" "$PLAN_CACHE_DIR/"
+    rm -rf "$BUILD_DIR"
+    PLAN_WHEEL="$PLAN_CACHE_DIR/$(basename "$BUILT")"
+    printf '%s\n' "$PLAN_RECORD" | "$VENV/bin/python" -c \
+      'import json, sys; r = json.load(sys.stdin); r["wheel"] = sys.argv[1]; json.dump(r, open(sys.argv[2], "w"), indent=1)' \
+      "$PLAN_WHEEL" "$PLAN_CACHE_DIR/build.json"
+  fi
+  has_dist mmcv-lite && pip_run uninstall -q -y mmcv-lite
+  has_dist mmcv && pip_run uninstall -q -y mmcv
+  log "installing $(basename "$PLAN_WHEEL")"
+  pip_run install -q --no-deps "$PLAN_WHEEL"
+  printf '%s\n' "$PLAN_RECORD" | "$VENV/bin/python" -c \
+    'import json, sys; r = json.load(sys.stdin); r["wheel"] = sys.argv[1]; json.dump(r, open(sys.argv[2], "w"), indent=1)' \
+    "$PLAN_WHEEL" "$VENV/$RECORD"
+fi
+
+# mmcv._ext from vit_plugin whenever there is no compiled one, whatever a script imports first.
+"$VENV/bin/python" -c 'import sysconfig, _vit_plugin_mmcv_ext as h; h.write_startup_file(sysconfig.get_paths()["purelib"])'
 
 verify
 echo "$STAMP" > "$STAMP_FILE"

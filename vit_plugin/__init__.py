@@ -2,12 +2,18 @@
 
 Importing the package (e.g. through ``custom_imports=dict(imports=['vit_plugin'])`` in a config)
 registers every component under the ``vit_plugin`` scope and routes mmengine's checkpoint loading
-through the safe loader of :mod:`vit_plugin.checkpoint`. The XLA path (:mod:`vit_plugin.xla`) and the
-analysis tools (:mod:`vit_plugin.analysis`) are imported only when used.
+through the safe loader of :mod:`vit_plugin.checkpoint`. Without a compiled mmcv it also lets
+``import mmcv._ext`` find the operators of :mod:`vit_plugin.ops` (first, before anything here reaches
+``mmcv.ops``). The XLA path (:mod:`vit_plugin.xla`) and the analysis tools (:mod:`vit_plugin.analysis`)
+are imported only when used.
 """
 from .version import __version__
-from . import registry  # noqa: F401  (creates the scope before anything registers into it)
-from .checkpoint import install as _install_safe_checkpoint_loading
+from . import ops as _ops
+
+_ops.install()  # before the imports below, some of which reach mmcv.ops
+
+from . import registry  # noqa: E402,F401  (creates the scope before anything registers into it)
+from .checkpoint import install as _install_safe_checkpoint_loading  # noqa: E402
 
 _install_safe_checkpoint_loading()
 

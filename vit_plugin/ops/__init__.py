@@ -1,0 +1,197 @@
+"""mmcv's compiled operators for an mmcv without them, and where this process's operators come from.
+
+The pinned stack installs ``mmcv-lite`` (mmcv's Python code, no compiled extension). The operators our
+detectors need (NMS, RoIAlign forward and backward, and on CUDA mmdet's sigmoid focal loss) come from
+torchvision and torch through :mod:`vit_plugin.ops.ext`, which ``import mmcv._ext`` finds when there is
+no compiled ``mmcv._ext`` (see ``_vit_plugin_mmcv_ext``). A compiled mmcv, when installed, is used
+untouched.
+
+- :func:`install` makes that lookup work in this process (``import vit_plugin`` calls it).
+- :func:`ops_source` / :func:`describe` say where the operators come from ("torchvision 0.24.0 (CPU,
+  CUDA 12.8)", "compiled mmcv 2.1.0 (CPU, CUDA 12.8, sm_90)").
+- :func:`check` runs NMS and RoIAlign once through mmcv's wrappers on the CPU and on every visible GPU.
+- :func:`install_startup_hook` writes the ``.pth`` file that installs the lookup at interpreter start,
+  so scripts that import ``mmcv.ops`` or ``mmdet.models`` before ``vit_plugin`` work too.
+
+``python -m vit_plugin.ops`` prints the source and runs the check; ``python -m vit_plugin.ops
+install-hook`` writes the ``.pth`` into the running interpreter's site-packages.
+"""
+import ast
+import glob
+import importlib
+import importlib.util
+import json
+import os.path as osp
+import sys
+import sysconfig
+
+import _vit_plugin_mmcv_ext as _hook
+from _vit_plugin_mmcv_ext import MissingCompiledOpError
+
+__all__ = ['install', 'ops_source', 'describe', 'check', 'install_startup_hook', 'startup_hook_path',
+           'mmcv_ext_names', 'MissingCompiledOpError', 'BUILD_RECORD']
+
+#: Written into the environment (``sys.prefix``) by ``tools/setup_env.sh`` when it installs a compiled
+#: mmcv: what the wheel was built for (torch, CUDA, GPU architectures).
+BUILD_RECORD = 'vit_plugin_mmcv_build.json'
+
+MMCV_MISSING = (
+    'vit_plugin needs mmcv >= 2.0, < 2.2 (mmdet 3.3 refuses 2.2), and none is installed. Either '
+    '`pip install mmcv-lite==2.1.0` (pure Python; vit_plugin supplies NMS, RoIAlign and the sigmoid focal '
+    'loss from torchvision) or install a compiled mmcv 2.1.0 built for your torch. See '
+    'docs/installation.md.')
+
+
+def install():
+    """Lets ``import mmcv._ext`` find vit_plugin's operators when mmcv has no compiled extension.
+
+    Idempotent. Raises ImportError, saying what to install, when mmcv itself is missing.
+    """
+    if importlib.util.find_spec('mmcv') is None:
+        raise ImportError(MMCV_MISSING)
+    _hook.install()
+
+
+def mmcv_ext_names(mmcv_root=None):
+    """Every operator name mmcv's Python code asks ``mmcv._ext`` for, read from the sources of the mmcv
+    that would be imported (nothing is imported). A compiled ``mmcv._ext`` defines each of them."""
+    if mmcv_root is None:
+        spec = importlib.util.find_spec('mmcv')
+        if spec is None:
+            raise ImportError(MMCV_MISSING)
+        mmcv_root = spec.submodule_search_locations[0]
+    names = set()
+    for path in sorted(glob.glob(osp.join(mmcv_root, '**', '*.py'), recursive=True)):
+        with open(path, encoding='utf-8') as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and getattr(node.func, 'attr', None) == 'load_ext' and len(node.args) == 2
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == '_ext'
+                    and isinstance(node.args[1], (ast.List, ast.Tuple))):
+                names.update(e.value for e in node.args[1].elts if isinstance(e, ast.Constant))
+    return sorted(names)
+
+
+def _build_record():
+    path = osp.join(sys.prefix, BUILD_RECORD)
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def ops_source():
+    """Where ``mmcv._ext`` comes from in this process.
+
+    Returns:
+        dict: ``kind`` ('provider', 'compiled' or 'missing'), ``file``, ``cuda`` (the CUDA version the
+        kernels were built with, or None), ``archs`` (GPU architectures a compiled mmcv was built for,
+        from the set-up's build record; None when unknown), ``library`` (e.g. 'torchvision 0.24.0') and
+        ``error`` for 'missing'.
+    """
+    install()
+    try:
+        ext = importlib.import_module('mmcv._ext')
+    except ImportError as error:
+        return dict(kind='missing', file=None, cuda=None, archs=None, library=None, error=str(error))
+    import mmcv
+    if getattr(ext, 'VIT_PLUGIN_PROVIDER', False):
+        import torch
+        import torchvision
+        tv_cuda = torch.ops.torchvision._cuda_version()  # e.g. 12080; -1 for a CPU-only torchvision
+        cuda = f'{tv_cuda // 1000}.{tv_cuda % 1000 // 10}' if tv_cuda > 0 else None
+        return dict(kind='provider', file=ext.__file__, cuda=cuda, archs=None,
+                    library=f'torchvision {torchvision.__version__}', error=None)
+    cuda = ext.get_compiling_cuda_version()
+    cuda = None if cuda in ('not available', '', None) else str(cuda)
+    record = _build_record()
+    archs = None
+    if record and record.get('mmcv') == mmcv.__version__ and record.get('cuda') == (cuda or 'cpu'):
+        archs = record.get('archs') or None
+    return dict(kind='compiled', file=ext.__file__, cuda=cuda, archs=archs, library=f'compiled mmcv {mmcv.__version__}',
+                error=None)
+
+
+def describe(source=None):
+    """One line for logs, e.g. 'torchvision 0.24.0 (CPU, CUDA 12.8)' or 'compiled mmcv 2.1.0 (CPU, CUDA 12.8,
+    sm_90)'."""
+    source = source or ops_source()
+    if source['kind'] == 'missing':
+        return f"none: `import mmcv._ext` fails ({source['error']})"
+    parts = ['CPU']
+    if source['cuda']:
+        parts.append(f"CUDA {source['cuda']}")
+        if source['archs']:
+            parts.append(', '.join(source['archs']))
+    where = 'via vit_plugin' if source['kind'] == 'provider' else 'mmcv._ext'
+    return f"{source['library']} ({', '.join(parts)}; {where})"
+
+
+def _run_once(device):
+    """NMS, RoIAlign forward and backward through mmcv's wrappers on ``device``; returns the results."""
+    import torch
+    from mmcv.ops import nms, roi_align
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [20., 20., 30., 30.]], device=device)
+    scores = torch.tensor([0.9, 0.8, 0.7], device=device)
+    _, keep = nms(boxes, scores, 0.5)
+    feature = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32, device=device).reshape(2, 3, 8, 8).requires_grad_()
+    rois = torch.tensor([[0, 1., 1., 6., 5.], [1, 0.5, 2., 7.5, 7.5]], device=device)
+    pooled = roi_align(feature, rois, (2, 2), 1.0, 2, 'avg', True)
+    pooled.square().sum().backward()
+    return keep.cpu(), pooled.detach().cpu(), feature.grad.cpu()
+
+
+def check(devices=None):
+    """Runs NMS and RoIAlign (forward and backward) through mmcv's wrappers on the CPU and on each visible
+    GPU, and compares every GPU's results with the CPU's.
+
+    Returns:
+        str: :func:`describe`, plus the GPUs checked.
+
+    Raises:
+        RuntimeError: the operators are missing, or fail or disagree on a device; the message says what to
+            do.
+    """
+    import torch
+    source = ops_source()
+    if source['kind'] == 'missing':
+        raise RuntimeError(f"mmcv's operators are missing: {source['error']}. Re-run the set-up "
+                           '(`make setup`), or see docs/installation.md.')
+    if devices is None:
+        devices = ['cpu'] + [f'cuda:{i}' for i in range(torch.cuda.device_count())]
+    reference = _run_once('cpu')
+    if not torch.equal(reference[0], torch.tensor([0, 2])):
+        raise RuntimeError(f'NMS kept {reference[0].tolist()} instead of [0, 2] on the CPU ({describe(source)})')
+    checked = []
+    for device in devices:
+        if device == 'cpu':
+            continue
+        try:
+            results = _run_once(device)
+        except RuntimeError as error:
+            hint = ('the compiled mmcv has no CUDA kernels, or none for this GPU: rebuild it on this host with '
+                    '`MMCV_OPS=compiled make setup`, or use the default set-up (torchvision kernels)'
+                    if source['kind'] == 'compiled' else 'check that torch and torchvision are CUDA builds of '
+                    'matching versions (requirements/lock.txt)')
+            raise RuntimeError(f'NMS / RoIAlign failed on {device} ({describe(source)}): {error}. {hint}.') from error
+        for name, got, want in zip(('NMS', 'RoIAlign', 'RoIAlign gradient'), results, reference):
+            if got.shape != want.shape or not torch.allclose(got.to(want.dtype), want, rtol=1e-5, atol=1e-5):
+                raise RuntimeError(f'{name} on {device} differs from the CPU result ({describe(source)})')
+        major, minor = torch.cuda.get_device_capability(device)
+        checked.append(f'sm_{major}{minor} ({torch.cuda.get_device_name(device)})')
+    line = describe(source)
+    if checked:
+        line += '; ran on ' + ', '.join(checked)
+    return line
+
+
+def startup_hook_path(site_dir=None):
+    """Where :func:`install_startup_hook` writes the ``.pth`` file (default: this interpreter's
+    site-packages)."""
+    return osp.join(site_dir or sysconfig.get_paths()['purelib'], _hook.PTH_NAME)
+
+
+def install_startup_hook(site_dir=None):
+    """Writes the ``.pth`` that installs the ``mmcv._ext`` lookup whenever this environment's interpreter
+    starts, so any import order works. Idempotent; returns the file's path."""
+    return _hook.write_startup_file(site_dir or sysconfig.get_paths()['purelib'])
