@@ -4,7 +4,6 @@ against the planner, the largest batch that fits), a detector's training and inf
 
 Every function works on ``'cuda'`` and, smaller, on ``'cpu'`` (the report's smoke subset).
 """
-import importlib
 import importlib.metadata
 import os
 import platform
@@ -17,6 +16,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from vit_plugin import ops
 from vit_plugin.analysis.devices import cuda_device_info
 from vit_plugin.analysis.loading import find_vit, load_config
 from vit_plugin.engine.device_defaults import optimizer_defaults
@@ -49,16 +49,8 @@ def _nvidia_driver() -> Optional[str]:
 
 
 def mmcv_ops_origin() -> Dict[str, object]:
-    """Where mmcv's compiled operators (``mmcv._ext``: NMS, RoIAlign...) come from in this process."""
-    try:
-        from vit_plugin import ops  # the torchvision provider of mmcv's operators, where installed
-    except ImportError:  # a vit_plugin without its own provider: read the module mmcv imports
-        try:
-            ext = importlib.import_module('mmcv._ext')
-        except ImportError as err:
-            return dict(description=f'none: `import mmcv._ext` fails ({err})')
-        return dict(description=f'{ext.__name__} from {getattr(ext, "__file__", "?")}',
-                    file=getattr(ext, '__file__', None))
+    """Where mmcv's operators (``mmcv._ext``: NMS, RoIAlign...) come from in this process: compiled mmcv
+    or vit_plugin's torchvision provider (:func:`vit_plugin.ops.ops_source`), with a description."""
     source = ops.ops_source()
     return dict(source, description=ops.describe(source))
 

@@ -50,8 +50,16 @@ from vit_plugin.analysis.memory_measure import measure
 
 from . import benchmark, benchmark_pipeline
 
-#: The checkout the report runs in: its configs/ and tests/.
-REPO_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+def _checkout() -> str:
+    """The checkout the report reads its configs/ and tests/ from: the one this package lives in (an
+    editable install), else the working directory (vit_plugin installed from the wheelhouse, the report
+    started from the checkout, as ``make gpu-report`` does)."""
+    package_root = osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+    return package_root if osp.isdir(osp.join(package_root, 'configs')) else os.getcwd()
+
+
+REPO_ROOT = _checkout()
 CONFIGS = osp.join(REPO_ROOT, 'configs')
 
 
