@@ -85,6 +85,9 @@ def _runner(args, variant: str, work_dir: str, timer):
         optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-4)),
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False)),
         default_hooks=hooks, custom_hooks=[timer], default_scope='mmengine',
+        # mmengine names a runner's logger and visualizer by the second it started: runs in the same
+        # second would share them (and a deleted work dir)
+        experiment_name=f'hooks_{variant}_{osp.basename(work_dir)}',
         env_cfg=dict(dist_cfg=dict(backend='gloo')), log_level='WARNING')
 
 
