@@ -26,3 +26,22 @@ bench: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# `make wheelhouse` (where PyPI is reachable): wheelhouse/ with the wheels of the stack that a host's
+# torch does not bring. `make gpu-report` (on a CUDA host): measures the stack and writes
+# work_dirs/gpu_report/report.md and report.json; without .venv it makes one from wheelhouse/ beside
+# HOST_PYTHON's torch (or runs the set-up). docs/benchmarks.md#gpu-report.
+.PHONY: wheelhouse gpu-report
+HOST_PYTHON ?= python3
+GPU_REPORT_ARGS ?=
+
+wheelhouse: setup
+	$(PY) tools/make_wheelhouse.py build --out wheelhouse
+
+gpu-report:
+	@if [ ! -x "$(PY)" ]; then \
+	  if [ -f wheelhouse/requirements.txt ]; then \
+	    $(HOST_PYTHON) tools/make_wheelhouse.py venv --wheelhouse wheelhouse --venv $(VENV); \
+	  else bash tools/setup_env.sh; fi; \
+	fi
+	$(PY) tools/analysis/gpu_report.py $(GPU_REPORT_ARGS)

@@ -1,5 +1,6 @@
-"""bf16 mixed precision: the CPU path trains like fp32, keeps the sensitive ops in fp32, and
-``--amp`` picks the right optimizer wrapper for each device."""
+"""Mixed precision: the CPU bf16 path trains like fp32 and keeps the sensitive ops in fp32, bf16 runs
+without a loss scaler, fp16 with one, ``--amp`` picks bf16 where the GPU computes it natively and fp16
+with loss scaling elsewhere, and bf16 on a GPU without it is refused with the alternative."""
 import os.path as osp
 
 import pytest
@@ -110,8 +111,8 @@ def test_cpu_wrapper_refuses_fp16():
 
 
 @pytest.mark.parametrize('device,precision,expected', [
-    ('cuda', 'bf16', dict(type='AmpOptimWrapper', dtype='bfloat16', loss_scale=1.0)),
-    ('cuda', 'fp16', dict(type='AmpOptimWrapper', loss_scale='dynamic')),
+    ('cuda', 'bf16', dict(type='vit_plugin.AutocastOptimWrapper', dtype='bfloat16')),  # no loss scaler
+    ('cuda', 'fp16', dict(type='vit_plugin.AutocastOptimWrapper', dtype='float16', loss_scale='dynamic')),
     ('cpu', 'bf16', dict(type='vit_plugin.CPUAmpOptimWrapper', dtype='bfloat16')),
     ('xla', 'bf16', dict(type='AmpOptimWrapper', dtype='bfloat16')),
 ])
@@ -138,3 +139,72 @@ def test_train_amp_flag_on_cpu(tmp_path):
     cfg = Config.fromfile(cfg_file)
     with pytest.raises(SystemExit, match='--amp fp16: fp16 mixed precision needs a GPU'):
         tool.merge_args(cfg, tool.parse_args([cfg_file, '--amp', 'fp16']))
+
+
+def test_bf16_has_no_loss_scaler_and_refuses_one():
+    wrapper = build_optim_wrapper(torch.nn.Linear(2, 2), dict(type='vit_plugin.AutocastOptimWrapper',
+                                                              dtype='bfloat16', optimizer=dict(type='SGD', lr=0.1)))
+    assert wrapper.loss_scaler is None and wrapper.device_type == 'cpu' and 'loss_scaler' not in wrapper.state_dict()
+    with pytest.raises(ValueError, match='bf16 has fp32.s range.*drop optim_wrapper.loss_scale'):
+        build_optim_wrapper(torch.nn.Linear(2, 2), dict(type='vit_plugin.AutocastOptimWrapper', dtype='bfloat16',
+                                                        loss_scale='dynamic', optimizer=dict(type='SGD', lr=0.1)))
+
+
+def test_fp16_scales_the_loss_and_checkpoints_the_scaler():
+    # On the CPU here (torch.amp.GradScaler('cpu') behaves as on a GPU): the gradients the optimizer
+    # sees are the true ones, the scaler's state travels with the checkpoint.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    reference = torch.nn.Linear(4, 1)
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(8, 4)
+    wrapper = build_optim_wrapper(model, dict(type='vit_plugin.AutocastOptimWrapper', dtype='float16',
+                                              loss_scale=dict(init_scale=1024.), optimizer=dict(type='SGD', lr=0.1)))
+    with wrapper.optim_context(model):
+        out = model(x)
+    assert out.dtype == torch.float16
+    wrapper.backward(out.float().pow(2).mean())
+    scaled = model.weight.grad.clone()
+    wrapper.step()
+    reference(x).pow(2).mean().backward()
+    assert torch.allclose(scaled / 1024., reference.weight.grad, rtol=1e-2)  # fp16 forward
+    assert wrapper.state_dict()['loss_scaler']['scale'] == 1024.
+    restored = build_optim_wrapper(torch.nn.Linear(4, 1), dict(type='vit_plugin.AutocastOptimWrapper',
+                                                               dtype='float16', optimizer=dict(type='SGD', lr=0.1)))
+    restored.load_state_dict(wrapper.state_dict())
+    assert restored.loss_scaler.get_scale() == 1024.
+
+
+def _fake_gpu(monkeypatch, capability, name):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
+    monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda index=None: name)
+    monkeypatch.setattr(torch.version, 'hip', None)
+
+
+@pytest.mark.parametrize('capability,name,expected', [((9, 0), 'NVIDIA H100 80GB HBM3', 'bf16'),
+                                                      ((8, 0), 'NVIDIA A100-SXM4-80GB', 'bf16'),
+                                                      ((7, 5), 'Tesla T4', 'fp16'),
+                                                      ((7, 0), 'Tesla V100-SXM2-32GB', 'fp16')])
+def test_amp_without_a_value_picks_bf16_where_the_gpu_has_it(monkeypatch, capability, name, expected):
+    from vit_plugin.engine.optimizers import resolve_precision
+    _fake_gpu(monkeypatch, capability, name)
+    precision, message = resolve_precision('auto', 'cuda')
+    assert precision == expected and name in message  # the log says which and why
+    assert ('without loss scaling' if expected == 'bf16' else 'dynamic loss scaling') in message
+    assert resolve_precision('fp16', 'cuda')[0] == 'fp16'
+    assert resolve_precision('auto', 'cpu')[0] == resolve_precision('auto', 'xla')[0] == 'bf16'
+
+
+def test_bf16_on_a_gpu_without_it_stops_with_the_alternative(monkeypatch):
+    from vit_plugin.engine.optimizers import resolve_precision
+    _fake_gpu(monkeypatch, (7, 0), 'Tesla V100-SXM2-32GB')
+    # torch.cuda.is_bf16_supported() says True on a V100 (emulation): the check must not rely on it.
+    with pytest.raises(ValueError, match=r'Tesla V100-SXM2-32GB \(compute capability 7.0\) has none.*--amp fp16'):
+        resolve_precision('bf16', 'cuda')
+    with pytest.raises(ValueError, match='needs a GPU with native bf16'):
+        # a config that names the wrapper directly is checked when it is built
+        from vit_plugin.engine.optimizers import AutocastOptimWrapper
+        AutocastOptimWrapper(dtype='bfloat16', device_type='cuda',
+                             optimizer=torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1))

@@ -47,8 +47,8 @@ PEAKS = [100.0, 50.0, 100.0]
 def test_tiny_run_prints_a_table_and_writes_json(bench, tmp_path, capsys, monkeypatch):
     """The models really run (warm-up, memory); the clock readings are replaced by TIMES and PEAKS,
     so every number of the report is known by hand."""
-    def rounds(steps, peak_step, peak_flops, repeats, iters, peak_iters):
-        assert repeats == 3
+    def rounds(steps, peak_step, peak_flops, repeats, iters, peak_iters, stopwatch=None):
+        assert repeats == 3 and type(stopwatch) is bench.Stopwatch  # the host clock on the CPU
         return {n: TIMES[n] for n in steps}, {n: PEAKS for n in steps}
 
     monkeypatch.setattr(bench, 'time_rounds', rounds)
@@ -157,10 +157,68 @@ def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkey
     ours, = [r for r in result['rows'] if r['model'] == 'ours']
     assert ours['img_per_s'] > 0 and 'vs_best_peer' not in ours
     note, = [r['note'] for r in result['rows'] if r['model'] == 'timm']
-    assert note == 'infer fp32 failed: RuntimeError: peer cannot run this'
+    assert note == 'infer fp32 batch 2 failed: RuntimeError: peer cannot run this'
 
 
 def test_freeze_refuses_training_mode(bench, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(['--freeze'])  # default modes include a training step
     assert '--freeze times inference only' in capsys.readouterr().err
+
+
+def test_guard_rows_give_the_guards_cost_paired_by_round(bench, tmp_path, monkeypatch):
+    """``--guard`` trains our model through mmengine's OptimWrapper without and with the non-finite
+    guard in the same rounds; the guard's cost is the median of the per-round time ratios."""
+    times = {'ours': [0.02, 0.01, 0.04], 'ours+wrapper': [0.02, 0.01, 0.04], 'ours+guard': [0.021, 0.0099, 0.05]}
+
+    def rounds(steps, peak_step, peak_flops, repeats, iters, peak_iters, stopwatch=None):
+        return {n: times[n] for n in steps}, {n: PEAKS for n in steps}
+
+    monkeypatch.setattr(bench, 'time_rounds', rounds)
+    monkeypatch.setitem(bench.ViT.arch_zoo, 'ti', dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128))
+    threads = torch.get_num_threads()
+    try:
+        result = bench.main(['--arch', 'ti', '--img-size', '32', '--batch', '2', '--repeats', '3', '--iters', '1',
+                             '--warmup', '2', '--models', 'ours', '--modes', 'train', '--guard', '--threads', '1',
+                             '--matmul-size', '128', '--no-memory', '--out', str(tmp_path / 'bench.json')])
+    finally:
+        torch.set_num_threads(threads)
+    rows = {r['model']: r for r in result['rows']}
+    assert set(rows) == {'ours', 'ours+wrapper', 'ours+guard'}
+    # 1.05, 0.99, 1.25 -> median 1.05
+    assert rows['ours+guard']['guard_cost'] == pytest.approx(1.05)
+    assert 'vs_best_peer' not in rows['ours+guard'] and rows['ours+guard']['params'] == rows['ours']['params']
+
+
+def test_guarded_training_step_trains_like_the_plain_one(bench, monkeypatch):
+    # The guard changes nothing about a finite step: same losses and weights as the plain wrapper.
+    monkeypatch.setitem(bench.ViT.arch_zoo, 'ti', dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128))
+    x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+    bench_args = bench.parse_args(['--arch', 'ti', '--img-size', '32', '--patch-size', '16'])
+    weights = []
+    for wrapper in ('plain', 'guarded'):
+        torch.manual_seed(0)
+        model = bench.build_model('ours', 'ti', bench_args)
+        step = bench.make_step(model, 'train', x, y, None, wrapper=wrapper)
+        for _ in range(3):
+            step()
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
+def test_datasheet_table_matches_device_names():
+    from vit_plugin.analysis.devices import datasheet_tflops
+    assert datasheet_tflops('NVIDIA H100 80GB HBM3') == 989.  # SXM
+    assert datasheet_tflops('NVIDIA H100 PCIe') == 756.
+    assert datasheet_tflops('NVIDIA A100-SXM4-80GB') == datasheet_tflops('NVIDIA A100 80GB PCIe') == 312.
+    assert datasheet_tflops('NVIDIA L40S') == 362. and datasheet_tflops('NVIDIA L4') == 121.
+    assert datasheet_tflops('Tesla V100-SXM2-32GB') is None  # no bf16 tensor cores
+    assert datasheet_tflops('Tesla V100-SXM2-32GB', 'fp16') == 125.
+    assert datasheet_tflops('NVIDIA GeForce GTX 1080') is None  # "unknown" in the report
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message on a host without CUDA')
+def test_cuda_device_without_cuda_is_refused(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--device', 'cuda'])
+    assert 'torch sees no CUDA device' in capsys.readouterr().err

@@ -117,17 +117,47 @@ def reference(tmp_path_factory, digits_root):
     return dict(cfg=cfg, work=work, losses=losses, root=root)
 
 
+def children(pid):
+    """Process ids of the direct children of ``pid`` (Linux /proc)."""
+    found = []
+    for task in os.listdir(f'/proc/{pid}/task'):
+        with open(f'/proc/{pid}/task/{task}/children') as f:
+            found += [int(c) for c in f.read().split()]
+    return found
+
+
+def gone(pids, timeout=10.0):
+    """Whether all ``pids`` have exited within ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not any(osp.exists(f'/proc/{pid}') for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.slow
-def test_sigterm_saves_the_finished_iteration_and_resume_repeats_the_losses(reference, tmp_path, digits_root):
-    # The run is paced (0.3 s per iteration) so that the signal lands between two checkpoints; two
-    # data-loader workers are running when it stops.
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1], ids=['SIGTERM', 'SIGUSR1'])
+def test_signal_to_the_whole_job_saves_stops_and_resume_repeats_the_losses(reference, tmp_path, digits_root, signum):
+    # What SLURM does on pre-emption or scancel (SIGTERM; `scancel --signal=USR1`, `--signal=USR1@120`):
+    # the signal reaches every process of the job, the training process and its two data-loader
+    # workers. The workers must keep serving batches until the run has saved and stopped, and then end
+    # cleanly. The run is paced (0.3 s per iteration) so that the signal lands between two checkpoints.
     cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
     work = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True,
+    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    status, output = signal_when(proc, work, after_iters=INTERVAL + 2)
+    while progress(work)[0] < INTERVAL + 1:  # the workers exist once training runs
+        assert proc.poll() is None, proc.communicate()[1][-4000:]
+        time.sleep(0.02)
+    workers = children(proc.pid)
+    assert len(workers) >= 2, workers
+    status, output = signal_when(proc, work, after_iters=INTERVAL + 2, target='group', signum=signum)
+    name = signal.Signals(signum).name
     assert status == EXIT_PREEMPTED, output[-4000:]
-    assert 'SIGTERM' in output and '--resume' in output and 'Traceback' not in output
+    assert name in output and '--resume' in output and 'Traceback' not in output
+    assert 'DataLoader worker' not in output and 'killed by signal' not in output
+    assert gone(workers), 'data-loader workers outlived the run'
 
     interrupted = read_losses(work)  # after_train hooks ran: the loss recorder wrote its file
     stopped = max(interrupted) + 1
@@ -146,25 +176,6 @@ def test_sigterm_saves_the_finished_iteration_and_resume_repeats_the_losses(refe
     np.testing.assert_allclose(losses_list(after, sorted(after)), losses_list(reference['losses'], sorted(after)),
                                rtol=0, atol=1e-6)
     np.testing.assert_allclose(losses_list(interrupted, range(stopped)),
-                               losses_list(reference['losses'], range(stopped)), rtol=0, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_sigusr1_to_every_process_of_the_job_spares_the_data_loader_workers(reference, tmp_path, digits_root):
-    # As `scancel --signal=USR1` does: the signal reaches the training process and its two data-loader
-    # workers. The workers must keep serving batches until the run has saved and stopped. The signal
-    # comes in the first pass over the data, whose workers an iteration-based loop starts before any
-    # hook runs (later passes fork theirs from a process that already handles the signal).
-    cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
-    work = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    status, output = signal_when(proc, work, after_iters=2, target='group', signum=signal.SIGUSR1)
-    assert status == EXIT_PREEMPTED and 'SIGUSR1' in output, output[-4000:]
-    stopped = max(read_losses(work)) + 1
-    assert stopped < 192 // 32  # still in the first pass over the 192 images
-    assert checkpoint_problem(str(work / f'iter_{stopped}.pth')) is None
-    np.testing.assert_allclose(losses_list(read_losses(work), range(stopped)),
                                losses_list(reference['losses'], range(stopped)), rtol=0, atol=1e-6)
 
 
@@ -284,6 +295,9 @@ def test_ddp_signal_to_one_process_stops_all_at_the_same_iteration(tmp_path, dig
     interrupted = [read_losses(work, rank) for rank in (0, 1)]
     stopped = max(interrupted[0]) + 1
     assert sorted(interrupted[0]) == sorted(interrupted[1]) == list(range(stopped))
+    # The processes agree every 10 iterations (PreemptionHook's check_interval), so both stop at the
+    # first multiple of 10 at or after rank 1 received the signal (after it finished iteration 10).
+    assert stopped % 10 == 0 and INTERVAL + 2 <= stopped <= INTERVAL + 2 + 10, stopped
     assert (work / 'last_checkpoint').read_text() == f'iter_{stopped}.pth'
 
     run(dist_cmd(cfg, work, '--resume'), env=dict(env, PORT=str(free_port())))
@@ -304,7 +318,32 @@ class _SignalAt:
                 os.kill(os.getpid(), signum) if runner.iter + 1 == at else None})()
 
 
-def _toy_runner(work_dir, train_cfg, checkpoint, signal_at):
+class _Validations:
+    """Records (iteration, metric) of every validation pass: the mean prediction on fixed inputs, which
+    depends on the weights only."""
+
+    def __init__(self):
+        from mmengine.evaluator import BaseMetric
+        outer = self
+        self.passes = []
+
+        class MeanPrediction(BaseMetric):
+            def process(self, data_batch, data_samples):
+                self.results.extend(float(v) for v in data_samples)
+
+            def compute_metrics(self, results):
+                return {'mean': sum(results) / len(results)}
+
+        from mmengine.hooks import Hook
+
+        class Record(Hook):
+            def after_val_epoch(self, runner, metrics=None):
+                outer.passes.append((runner.iter, round(metrics['mean'], 6)))
+
+        self.metric, self.hook = MeanPrediction(), Record()
+
+
+def _toy_runner(work_dir, train_cfg, checkpoint, signal_at, validations=None, resume=None):
     """A real mmengine Runner on a linear model, in this process (no subprocess start-up)."""
     from mmengine.model import BaseModel
     from mmengine.runner import Runner
@@ -315,17 +354,52 @@ def _toy_runner(work_dir, train_cfg, checkpoint, signal_at):
             self.fc = torch.nn.Linear(4, 1)
 
         def forward(self, inputs, targets, mode='loss'):
+            if mode == 'predict':
+                return list(self.fc(inputs).squeeze(1))
             return {'loss': ((self.fc(inputs).squeeze(1) - targets) ** 2).mean()}
 
-    data = [dict(inputs=torch.randn(4), targets=torch.randn(())) for _ in range(8)]
+    generator = torch.Generator().manual_seed(0)
+    data = [dict(inputs=torch.randn(4, generator=generator), targets=torch.randn((), generator=generator))
+            for _ in range(8)]
+    loader = dict(dataset=data, batch_size=2, sampler=dict(type='DefaultSampler', shuffle=False),
+                  collate_fn=dict(type='default_collate'))
+    val = {} if validations is None else dict(val_dataloader=loader, val_cfg=dict(),
+                                               val_evaluator=[validations.metric])
+    torch.manual_seed(0)
     return Runner(
-        model=Toy(), work_dir=str(work_dir), train_cfg=train_cfg,
-        train_dataloader=dict(dataset=data, batch_size=2, sampler=dict(type='DefaultSampler', shuffle=False),
-                              collate_fn=dict(type='default_collate')),
+        model=Toy(), work_dir=str(work_dir), train_cfg=train_cfg, train_dataloader=loader,
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         default_hooks=dict(checkpoint=dict(type='vit_plugin.AtomicCheckpointHook', **checkpoint),
                            preemption=dict(type='vit_plugin.PreemptionHook'), logger=None),
-        custom_hooks=[_SignalAt(signal_at).hook], default_scope='mmengine')
+        custom_hooks=[_SignalAt(signal_at).hook] + ([validations.hook] if validations else []),
+        default_scope='mmengine', resume=resume is not None, load_from=resume,
+        experiment_name=f'preemption_{osp.basename(str(work_dir))}_{signal_at}_{resume is not None}', **val)
+
+
+@pytest.mark.parametrize('checkpoint_interval', [6, 100], ids=['checkpoint-hook-saves', 'preemption-hook-saves'])
+def test_validation_due_at_the_stop_is_skipped_and_resume_runs_it(tmp_path, checkpoint_interval):
+    # Validation every 6 iterations; the signal arrives in iteration 6. The stopping run must not
+    # validate (the scheduler's grace period is for the checkpoint); the resumed run validates the
+    # iteration-6 weights first, then trains on. Both must see what an uninterrupted run sees.
+    import vit_plugin  # noqa: F401
+    from vit_plugin.engine.preemption import PENDING_VALIDATION, TrainingPreempted
+    train_cfg = dict(type='IterBasedTrainLoop', max_iters=12, val_interval=6)
+    checkpoint = dict(by_epoch=False, interval=checkpoint_interval)
+    full = _Validations()
+    _toy_runner(tmp_path / 'full', train_cfg, checkpoint, signal_at=0, validations=full).train()
+    assert [it for it, _ in full.passes] == [6, 12]
+
+    stopped = _Validations()
+    with pytest.raises(TrainingPreempted):
+        _toy_runner(tmp_path / 'run', train_cfg, checkpoint, signal_at=6, validations=stopped).train()
+    assert stopped.passes == []
+    ckpt = torch.load(tmp_path / 'run' / 'iter_6.pth', weights_only=False)
+    assert ckpt['meta']['iter'] == 6 and ckpt['meta'][PENDING_VALIDATION] == 6
+
+    resumed = _Validations()
+    _toy_runner(tmp_path / 'run', train_cfg, checkpoint, signal_at=0, validations=resumed,
+                resume=str(tmp_path / 'run' / 'iter_6.pth')).train()
+    assert resumed.passes == full.passes
 
 
 @pytest.mark.parametrize('by_epoch', [False, True])

@@ -1,18 +1,22 @@
 """Train a model from a config with MMEngine's runner (mmpretrain's command-line conventions).
 
     python tools/train.py configs/vit_l16_in21k.py [--work-dir DIR] [--resume [CKPT]] [--amp [bf16|fp16]]
-        [--auto-scale-lr] [--fsdp] [--no-validate] [--cfg-options key=value ...]
-        [--launcher {none,pytorch,slurm,mpi,xla}]
+        [--compile] [--auto-scale-lr] [--fsdp] [--no-validate] [--no-pin-memory] [--no-tf32]
+        [--cfg-options key=value ...] [--launcher {none,pytorch,slurm,mpi,xla}]
 
-Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP).
+Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP); on a SLURM
+cluster ``bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [args]`` (srun).
 TPUs: ``PJRT_DEVICE=TPU python tools/train.py CONFIG --launcher xla`` (one process per device;
 ``--amp`` means bf16 there); add ``--xla-spmd`` for one process per host with the batch and the
 weights split over a device mesh, and ``--xla-layer-scan`` to compile one Transformer block instead
 of all of them. See docs/scaling.md.
-``--amp bf16`` trains in bf16 on any device: mmengine's AmpOptimWrapper on GPUs, bf16 autocast on
-CPU (vit_plugin.CPUAmpOptimWrapper), XLA autocast on TPUs.
+``--amp`` trains in bf16 where the device has it (vit_plugin.AutocastOptimWrapper without a loss
+scaler on GPUs of compute capability 8.0 or newer, bf16 autocast on CPU, XLA autocast on TPUs) and
+in fp16 with dynamic loss scaling on older GPUs; ``--amp bf16`` / ``--amp fp16`` choose. On GPUs
+Adam/AdamW/SGD run fused, fp32 matmuls use TF32 and loaders pin memory (docs/configs.md).
 SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and exit status 75
-(vit_plugin.PreemptionHook); run the same command with ``--resume`` to continue.
+(vit_plugin.PreemptionHook), also when sent to every process of the job; run the same command with
+``--resume`` to continue.
 
 The code is :mod:`vit_plugin.apis.train`, over one function per concern in :mod:`vit_plugin.apis.launch`.
 """

@@ -5,6 +5,8 @@ import os.path as osp
 import socket
 import sys
 
+import torch
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 HELPERS = osp.join(REPO, 'tests', 'helpers')
 
@@ -22,10 +24,20 @@ def read_losses(work_dir, rank: int = 0) -> dict:
         return {int(k): v for k, v in json.load(f).items()}
 
 
+#: Processes of the multi-process tests (DDP, FSDP2, SLURM tasks).
+RANKS = 2
+
+
 def run_env() -> dict:
     """Environment of a training subprocess: one thread, the repository and these helpers importable
-    (``custom_imports``), ``PYTHON`` for the launch scripts, and no XLA device (plain CPU training)."""
+    (``custom_imports``), ``PYTHON`` for the launch scripts, and no XLA device (plain CPU training).
+
+    With fewer GPUs than the multi-process tests start ranks (one GPU, say), the GPUs are hidden, so
+    every training subprocess of the tests runs on the CPU with Gloo, and runs compared with each other
+    run on the same device."""
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]),
                PYTHON=sys.executable)
     env.pop('PJRT_DEVICE', None)
+    if torch.cuda.is_available() and torch.cuda.device_count() < RANKS:
+        env['CUDA_VISIBLE_DEVICES'] = ''
     return env

@@ -170,10 +170,20 @@ class ModelShape:
     block_params: List[int]
     optimizer: str
     largest_param: int = 0
+    optimizer_kernel: Optional[str] = None  # 'fused', 'foreach' or 'loop' when the config says
     pos_drop: float = 0.
     with_cp: bool = False
     detector: bool = False
     notes: List[str] = field(default_factory=list)
+
+
+def _kernel(optimizer_cfg: dict) -> Optional[str]:
+    """The update kernel a config's optimizer asks for (None: the run's default)."""
+    if optimizer_cfg.get('fused'):
+        return 'fused'
+    if 'foreach' in optimizer_cfg:
+        return 'foreach' if optimizer_cfg['foreach'] else 'loop'
+    return None
 
 
 def _state_per_param(optimizer: str) -> int:
@@ -243,13 +253,16 @@ def estimate(model: ModelShape, batch: int, *, with_cp: Optional[bool] = None, b
         value = fixed + alive + grads_done + cast_weights
         if value > peak:
             peak, phase = value, f'backward of block {i}'
-    # The optimizer step: gradients, state and the update's temporaries.
-    # CPU AdamW updates one tensor at a time (two temporaries of the largest tensor: the square
-    # root of the second moment and the denominator made from it); CUDA's foreach
-    # implementation holds a parameter-sized list (the square roots of the second moments). SGD
-    # with momentum updates in place.
+    # The optimizer step: gradients, state and the update's temporaries, by kernel (tools/train.py
+    # picks the fused one on CUDA, torch's per-tensor loop stays on the CPU, unless the config says
+    # otherwise). The loop holds two temporaries of the largest tensor (the square root of the second
+    # moment and the denominator made from it), foreach a parameter-sized list (the square roots of
+    # all second moments), the fused kernel none. SGD with momentum updates in place.
     adam = _state_per_param(model.optimizer) == 2
-    update_tmp = 4. * (2 * model.largest_param if device == 'cpu' else model.trainable) if adam else 0.
+    kernel = model.optimizer_kernel or ('fused' if device == 'cuda' else 'loop')
+    update_tmp = 0.
+    if adam:
+        update_tmp = {'loop': 2. * model.largest_param, 'foreach': float(model.trainable), 'fused': 0.}[kernel] * 4
     step = fixed + grads + update_tmp
     if step > peak:
         peak, phase = step, 'optimizer step'
@@ -304,7 +317,8 @@ def model_shape(cfg, name: str = 'model', backbone_only: bool = False) -> ModelS
             mlp_dims=blk.mlp.fc1.out_features, window=blk.window_size, rel_pos=blk.attn.use_rel_pos,
             drop=blk.mlp.drop1.p, attn_drop=blk.attn.attn_drop))
         block_params.append(sum(p.numel() for p in blk.parameters() if p.requires_grad))
-    optimizer = cfg.get('optim_wrapper', {}).get('optimizer', {}).get('type', 'AdamW')
+    optimizer_cfg = cfg.get('optim_wrapper', {}).get('optimizer', {})
+    optimizer = optimizer_cfg.get('type', 'AdamW')
     detector = getattr(model, 'neck', None) is not None or not hasattr(model, 'head')
     notes = []
     if detector:
@@ -315,6 +329,7 @@ def model_shape(cfg, name: str = 'model', backbone_only: bool = False) -> ModelS
                       in_channels=3, params=params, trainable=trainable, linear_params=linear,
                       block_params=block_params, optimizer=optimizer, pos_drop=vit.drop_after_pos.p,
                       largest_param=max(p.numel() for p in counted.parameters() if p.requires_grad),
+                      optimizer_kernel=_kernel(optimizer_cfg),
                       with_cp=bool(getattr(vit.blocks[0], 'with_cp', False)), detector=detector, notes=notes)
 
 

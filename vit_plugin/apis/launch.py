@@ -7,10 +7,11 @@ of :mod:`vit_plugin.apis.train` (or :mod:`vit_plugin.apis.test`):
 * configuration from the command line: :func:`merge_cfg_options`, :func:`set_work_dir`,
   :func:`use_amp` (with the rule of ``--amp`` without a value in :func:`amp_precision`),
   :func:`use_auto_scale_lr`, :func:`set_resume` (:func:`resume_latest` finds the newest intact
-  checkpoint), :func:`skip_validation`, :func:`disable_pin_memory`, :func:`use_fsdp`, and from the
-  engine ``use_preemption_safe_hooks`` and ``use_input_norm_check``;
-* processes and strategy: :func:`setup_launcher` (DDP, FSDP2, XLA with SPMD and layer scan),
-  :func:`set_global_batch`;
+  checkpoint), :func:`skip_validation`, :func:`disable_pin_memory`, :func:`use_fsdp`,
+  :func:`use_compile`, :func:`use_device_defaults` (fused optimizers, TF32 and pinned memory on GPUs),
+  and from the engine ``use_preemption_safe_hooks`` and ``use_input_norm_check``;
+* processes and strategy: :func:`setup_launcher` (DDP, FSDP2, XLA with SPMD and layer scan, SLURM
+  tasks on hosts without GPUs), :func:`set_global_batch`;
 * the run: :func:`build_runner`, :func:`run_training`, and :func:`exit_on_expected_errors`, which turns the
   errors a user can fix into one message and an exit status.
 """
@@ -27,9 +28,11 @@ from mmengine.runner import Runner
 
 from vit_plugin.datasets.checked import DataRootNotFoundError
 from vit_plugin.engine.checkpointing import find_resumable_checkpoint
+from vit_plugin.engine.device_defaults import apply_device_defaults
 from vit_plugin.engine.global_batch import apply_global_batch_size, world_size_from_env
 from vit_plugin.engine.hooks import NonFiniteTrainingError
-from vit_plugin.engine.optimizers import use_mixed_precision
+from vit_plugin.engine.optimizers import resolve_precision, use_mixed_precision
+from vit_plugin.engine.slurm import slurm_env
 from vit_plugin.xla import launch_training, to_xla_config
 
 #: Launchers of ``tools/train.py``; ``tools/test.py`` takes all but ``xla``.
@@ -67,23 +70,26 @@ def training_device(launcher: str) -> str:
 
 
 def amp_precision(amp: str, device: str) -> str:
-    """The precision ``--amp`` means on ``device``: the value given, or without one (``'auto'``) fp16
-    with dynamic loss scaling on GPUs and bf16 elsewhere."""
-    if amp != 'auto':
-        return amp
-    return 'fp16' if device == 'cuda' else 'bf16'
+    """The precision ``--amp`` means on ``device``: the value given, or without one (``'auto'``) bf16
+    where the device computes it natively (GPUs of compute capability 8.0 or newer, CPUs, TPUs) and
+    fp16 with dynamic loss scaling on older GPUs (:func:`vit_plugin.engine.optimizers.resolve_precision`,
+    which also refuses bf16 on a GPU without it)."""
+    return resolve_precision(amp, device)[0]
 
 
 def use_amp(cfg: Config, amp: Optional[str], launcher: str) -> None:
     """``--amp [bf16|fp16]``: mixed precision through the optimizer wrapper of the run's device
-    (mmengine's AmpOptimWrapper refuses to build without an accelerator)."""
+    (bf16 without a loss scaler, fp16 with one); the choice is printed with its reason."""
     if not amp:
         return
     device = training_device(launcher)
     try:
-        use_mixed_precision(cfg.optim_wrapper, amp_precision(amp, device), device)
+        precision, reason = resolve_precision(amp, device)
+        use_mixed_precision(cfg.optim_wrapper, precision, device)
     except ValueError as err:
         raise SystemExit(f'--amp {amp}: {err}') from None
+    if is_rank_zero():
+        print(reason)
 
 
 def use_auto_scale_lr(cfg: Config, enable: bool) -> None:
@@ -140,6 +146,24 @@ def use_fsdp(cfg: Config) -> None:
     cfg.strategy = dict(type='vit_plugin.FSDP2Strategy', **(cfg.get('fsdp_cfg') or {}))
 
 
+def use_compile(cfg: Config, enable: bool) -> None:
+    """``--compile``: mmengine's ``compile`` option (the runner ``torch.compile``s ``train_step``); a
+    ``compile`` dict of the config (``torch.compile`` arguments) is kept."""
+    if enable and not isinstance(cfg.get('compile'), dict):
+        cfg.compile = True
+
+
+def use_device_defaults(cfg: Config, launcher: str, tf32: bool = True) -> None:
+    """What a GPU run gets unless the config says otherwise: the fused optimizer kernel, TF32 for fp32
+    matmuls (``--no-tf32`` or ``env_cfg.tf32=False`` switches it off) and pinned loader memory
+    (:mod:`vit_plugin.engine.device_defaults`). Called in every process (TF32 is a process setting)."""
+    if not tf32:
+        cfg.setdefault('env_cfg', {})['tf32'] = False
+    for message in apply_device_defaults(cfg, training_device(launcher)):
+        if is_rank_zero():
+            print(message)
+
+
 # ------------------------------------------------------------------------- processes and strategy
 def setup_launcher(cfg: Config, launcher: str, fsdp: bool = False, xla_spmd: bool = False,
                    xla_layer_scan: bool = False) -> Optional[int]:
@@ -172,11 +196,30 @@ def setup_launcher(cfg: Config, launcher: str, fsdp: bool = False, xla_spmd: boo
             cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None,
                                          broadcast_buffers=False,
                                          find_unused_parameters=cfg.get('find_unused_parameters', False))
-        if launcher == 'pytorch' and not torch.distributed.is_initialized():
+        if launcher in ('pytorch', 'slurm') and not torch.distributed.is_initialized():
             # MMEngine's init_dist calls torch.cuda.set_device unconditionally; on a CPU-only host we
-            # join torchrun's process group ourselves and the runner then skips its own set-up.
+            # join torchrun's (or srun's) process group ourselves and the runner then skips its own set-up.
+            if launcher == 'slurm':
+                try:
+                    os.environ.update(slurm_env())
+                except KeyError as err:
+                    raise SystemExit(str(err).strip('"\'')) from None
             torch.distributed.init_process_group(backend='gloo')
+    else:
+        check_processes_per_gpu(launcher)
     return world_size_from_env(launcher)
+
+
+def check_processes_per_gpu(launcher: str) -> None:
+    """Stop, saying what to do, when a node starts more processes than it has GPUs: NCCL cannot run
+    two ranks on one GPU."""
+    per_node = os.environ.get('LOCAL_WORLD_SIZE') if launcher == 'pytorch' else \
+        os.environ.get('SLURM_NTASKS_PER_NODE') if launcher == 'slurm' else None
+    if per_node and per_node.isdigit() and int(per_node) > torch.cuda.device_count():
+        raise SystemExit(f'--launcher {launcher}: {per_node} processes on this node but {torch.cuda.device_count()} '
+                         f'visible GPU(s); NCCL needs one GPU per process. Start at most '
+                         f'{torch.cuda.device_count()} per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to '
+                         f'train the processes on the CPU with Gloo.')
 
 
 def set_global_batch(cfg: Config, world_size: Optional[int], auto_scale_lr: bool = False) -> None:

@@ -8,7 +8,8 @@ from mmengine.config import Config, DictAction
 
 from vit_plugin.engine.hooks import use_input_norm_check
 
-from .launch import LAUNCHERS, build_runner, exit_on_expected_errors, merge_cfg_options, set_work_dir, setup_launcher
+from .launch import (LAUNCHERS, build_runner, exit_on_expected_errors, merge_cfg_options, set_work_dir, setup_launcher,
+                     use_device_defaults)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -41,6 +42,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
     use_input_norm_check(cfg)
     # Evaluation needs no training state: drop what would only be built for training.
     cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = cfg.param_scheduler = None
+    use_device_defaults(cfg, args.launcher)  # on GPUs: TF32 and pinned loader memory
     return cfg
 
 

@@ -10,7 +10,7 @@ from vit_plugin.engine.preemption import use_preemption_safe_hooks
 
 from .launch import (LAUNCHERS, disable_pin_memory, exit_on_expected_errors, merge_cfg_options, run_training,
                      set_global_batch, set_resume, set_work_dir, setup_launcher, skip_validation, use_amp,
-                     use_auto_scale_lr, use_fsdp)
+                     use_auto_scale_lr, use_compile, use_device_defaults, use_fsdp)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -22,8 +22,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='resume from this checkpoint, or without a value from the newest intact '
                         'checkpoint in the work dir (damaged ones are skipped with a warning)')
     parser.add_argument('--amp', nargs='?', const='auto', choices=['auto', 'bf16', 'fp16'],
-                        help='mixed precision: bf16 (GPU, CPU, XLA) or fp16 with dynamic loss '
-                        'scaling (GPU); without a value fp16 on GPUs and bf16 elsewhere')
+                        help='mixed precision: bf16 without loss scaling (GPUs of compute capability 8.0 '
+                        'or newer, CPU, XLA) or fp16 with dynamic loss scaling (GPUs); without a value '
+                        'bf16 where the device has it, else fp16')
+    parser.add_argument('--compile', action='store_true',
+                        help='train a torch.compile\'d model (mmengine\'s compile option; '
+                        '--cfg-options compile.mode=... passes torch.compile arguments)')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate linearly with the real batch size '
                         '(auto_scale_lr.base_batch_size is the reference)')
@@ -38,7 +42,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='with --launcher xla: run the ViT blocks as one compiled loop, so compile '
                         'time does not grow with depth (blocks without dropout or drop path)')
     parser.add_argument('--no-validate', action='store_true', help='skip validation during training')
-    parser.add_argument('--no-pin-memory', action='store_true', help='do not pin data-loader memory')
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='do not pin data-loader memory (pinned by default on CUDA hosts)')
+    parser.add_argument('--no-tf32', action='store_true',
+                        help='fp32 matmuls and convolutions in full fp32 on GPUs (TF32 by default)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config entries, e.g. train_dataloader.batch_size=32 '
                         'model.backbone.drop_rate=0.0')
@@ -63,6 +70,8 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
         disable_pin_memory(cfg)
     if args.fsdp:
         use_fsdp(cfg)
+    use_compile(cfg, args.compile)
+    use_device_defaults(cfg, args.launcher, tf32=not args.no_tf32)
     use_preemption_safe_hooks(cfg)
     use_input_norm_check(cfg)
     return cfg

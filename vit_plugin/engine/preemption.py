@@ -1,13 +1,16 @@
-"""Stop cleanly on SIGTERM / SIGUSR1 (spot VMs, SLURM pre-emption): finish the current iteration,
-write a checkpoint and exit with :data:`EXIT_PREEMPTED`."""
+"""Stop cleanly on SIGTERM / SIGUSR1 (spot VMs, SLURM pre-emption, ``scancel``): finish the current
+iteration, write a checkpoint and exit with :data:`EXIT_PREEMPTED`."""
+import math
 import os
 import signal
+import sys
 import threading
 from typing import Optional, Sequence
 
 import torch
 from mmengine.dist import all_reduce, get_world_size, is_main_process
 from mmengine.hooks import CheckpointHook, Hook
+from mmengine.optim import OptimWrapperDict
 from mmengine.runner import IterBasedTrainLoop
 
 from vit_plugin.engine.checkpointing import write_last_checkpoint
@@ -17,22 +20,55 @@ from vit_plugin.registry import HOOKS
 #: sysexits.h: a temporary failure, the caller is invited to retry, here with ``--resume``).
 EXIT_PREEMPTED = 75
 
-#: Signals that processes forked from this one (data-loader workers) ignore.
-_IGNORED_IN_CHILDREN: set = set()
+#: Key of a checkpoint's ``meta`` naming the iteration whose validation the stop skipped.
+PENDING_VALIDATION = 'pending_validation'
+
+#: Signals that data-loader workers forked from this process ignore.
+_SHIELDED: set = set()
 
 
-def _ignore_in_child():
-    for signum in _IGNORED_IN_CHILDREN:
+def _shield_worker() -> None:
+    """In a freshly forked child: shield a future data-loader worker from the job-wide signals.
+
+    A scheduler signals every process of the job: SLURM sends SIGTERM to all processes of the job
+    step (pre-emption, ``scancel``, the end of the time limit), ``scancel --signal=USR1`` sends
+    SIGUSR1, a shell's ``kill -- -PGID`` the whole process group. A data-loader worker that dies of it
+    makes the training process fail on its next batch, before it could write its checkpoint.
+
+    SIGUSR1 (whose default action ends a process) is ignored from the fork on. SIGTERM is handled in
+    data-loader workers only (other children, a ``multiprocessing`` pool say, keep theirs), right
+    after torch's worker loop has installed its own handlers: the worker blocks it and a thread waits
+    for it, exiting when the training process sent it (as torch's handler does: the parent ends its
+    workers with SIGTERM when it shuts them down or exits) and ignoring it from anyone else.
+    """
+    for signum in _SHIELDED - {signal.SIGTERM}:
         signal.signal(signum, signal.SIG_IGN)
+    handling = sys.modules.get('torch.utils.data._utils.signal_handling')
+    if signal.SIGTERM in _SHIELDED and handling is not None and hasattr(signal, 'sigwaitinfo'):
+        install = handling._set_worker_signal_handlers
+
+        def install_then_shield(*args, **kwargs):
+            install(*args, **kwargs)
+            _sigterm_from_parent_only()
+
+        handling._set_worker_signal_handlers = install_then_shield  # this child's module only
 
 
-# A scheduler may signal every process of the job (e.g. `scancel --signal=USR1`), data-loader workers
-# included, and SIGUSR1 ends a process that has no handler for it: the parent would then fail on its
-# next batch before it could checkpoint. Workers forked while a PreemptionHook is active ignore the
-# signals it handles. SIGTERM is left alone: torch's workers install their own handler for it (they
-# exit when their parent terminates them, and die when anyone else sends it).
+def _sigterm_from_parent_only() -> None:
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+
+    def wait():
+        while True:
+            info = signal.sigwaitinfo({signal.SIGTERM})
+            if info.si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, name='sigterm-from-parent', daemon=True).start()
+
+
 if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_ignore_in_child)
+    os.register_at_fork(after_in_child=_shield_worker)
 
 
 class TrainingPreempted(SystemExit):
@@ -46,18 +82,47 @@ class TrainingPreempted(SystemExit):
         return self.message
 
 
+def _accumulative_counts(runner) -> int:
+    wrapper = getattr(runner, 'optim_wrapper', None)
+    wrappers = wrapper.values() if isinstance(wrapper, OptimWrapperDict) else [wrapper]
+    return max([getattr(w, '_accumulative_counts', 1) or 1 for w in wrappers if w is not None] or [1])
+
+
+def _checkpoint_hook_saves_now(hook: CheckpointHook, runner) -> bool:
+    """Whether mmengine's CheckpointHook writes a checkpoint after this iteration (its own rule)."""
+    if hook.by_epoch:
+        return False
+    return hook.every_n_train_iters(runner, hook.interval, hook.save_begin) or \
+        (hook.save_last and hook.is_last_train_iter(runner))
+
+
+def _validation_due(loop: IterBasedTrainLoop, runner, iteration: int) -> bool:
+    """Whether the iteration-based loop validates after ``iteration`` (its own rule)."""
+    return runner.val_loop is not None and iteration >= loop.val_begin and (
+        iteration % loop.val_interval == 0 or iteration == loop.max_iters)
+
+
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """Turn a termination signal into a checkpoint and a clean exit.
 
-    The signal handler only records the signal; the training step in progress finishes. After it,
-    every process learns whether any process was signalled (one all-reduce of a flag per iteration
-    in distributed runs, so that all stop after the same iteration even when the signal reaches them
-    at different times), the checkpoint of that iteration is written through the run's checkpoint
-    hook (atomically with :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook`), the loop
-    stops, the remaining ``after_train`` / ``after_run`` hooks run, and :class:`TrainingPreempted`
-    ends the process with status :data:`EXIT_PREEMPTED` (75). ``tools/train.py --resume`` continues
-    from that checkpoint, with the losses of the uninterrupted run (see ``vit_plugin.RNGReseedHook``).
+    The signal handler only records the signal; the training step in progress finishes. The
+    processes then agree on whether any of them was signalled, at an iteration that ends an
+    optimizer update (never in the middle of a gradient accumulation, whose partial gradients a
+    checkpoint does not hold): after every update in a single-process run (a Python flag, free), and
+    every ``check_interval`` iterations in a multi-process run (one all-reduce of a flag, a host
+    synchronisation on GPUs), so all processes stop after the same iteration even when the signal
+    reaches them at different times. The checkpoint of that iteration is written through the run's
+    checkpoint hook (atomically with :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook`)
+    -- or by that hook itself when it saves this iteration anyway --, a validation pass due after
+    that iteration is left for the resumed run (the checkpoint's ``meta`` says so), the loop stops,
+    the remaining ``after_train`` / ``after_run`` hooks run, and :class:`TrainingPreempted` ends the
+    process with status :data:`EXIT_PREEMPTED` (75). ``tools/train.py --resume`` runs the skipped
+    validation first and continues with the losses of the uninterrupted run (see
+    ``vit_plugin.RNGReseedHook``).
+
+    Data-loader workers forked while the hook exists ignore the handled signals (a scheduler sends
+    them to every process of the job) and stop when the training process shuts them down.
 
     Epoch-based loops (mmengine's ``EpochBasedTrainLoop``) can only resume at an epoch boundary: there
     the hook stops after the current iteration without a new checkpoint, and ``--resume`` restarts the
@@ -66,21 +131,32 @@ class PreemptionHook(Hook):
     Args:
         signals (Sequence[str], optional): Names of the signals to handle. Defaults to None: SIGTERM and
             SIGUSR1 (SIGTERM alone where SIGUSR1 does not exist, e.g. on Windows).
+        check_interval (int): Iterations between two agreements of a multi-process run, rounded up to
+            whole gradient-accumulation cycles; the checkpoint lands at most this many iterations after
+            the signal (plus the rest of an accumulation cycle). Defaults to 10.
     """
-    priority = 'LOWEST'  # after the checkpoint hook (VERY_LOW): it may already have saved this iteration
+    # After the parameter schedulers (LOW), whose state the checkpoint holds, and before the
+    # checkpoint hook (VERY_LOW), which then knows the run is stopping.
+    priority = 80
 
-    def __init__(self, signals: Optional[Sequence[str]] = None):
+    def __init__(self, signals: Optional[Sequence[str]] = None, check_interval: int = 10):
         if signals is None:
             signals = [name for name in ('SIGTERM', 'SIGUSR1') if hasattr(signal, name)]
         unknown = [name for name in signals if not hasattr(signal, name)]
         if unknown:
             raise ValueError(f'PreemptionHook(signals=...): {unknown} are not signal names on this system '
                              f'(e.g. SIGTERM, SIGUSR1, SIGUSR2, SIGINT).')
+        if not isinstance(check_interval, int) or isinstance(check_interval, bool) or check_interval < 1:
+            raise ValueError(f'PreemptionHook: check_interval must be an integer >= 1, got {check_interval!r} '
+                             f'(default_hooks.preemption in the config).')
         self.signals = [getattr(signal, name) for name in signals]
+        self.check_interval = check_interval
         # From construction on: an iteration-based loop starts its data-loader workers before before_run.
-        _IGNORED_IN_CHILDREN.update(s for s in self.signals if s != signal.SIGTERM)
+        _SHIELDED.update(self.signals)
         self.received: Optional[int] = None
         self.stopped_at: Optional[int] = None
+        self._pending_validation: Optional[int] = None
+        self._skip_validation_at: Optional[int] = None
         self._previous = {}
 
     def _handle(self, signum, frame):
@@ -97,18 +173,43 @@ class PreemptionHook(Hook):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
-        _IGNORED_IN_CHILDREN.difference_update(self.signals)
+        _SHIELDED.difference_update(self.signals)
+
+    def _interval(self, runner) -> int:
+        """Iterations between two checks: whole accumulation cycles, ``check_interval`` or more of them
+        in a multi-process run."""
+        cycle = _accumulative_counts(runner)
+        if get_world_size() == 1:
+            return cycle
+        return cycle * math.ceil(self.check_interval / cycle)
 
     def _any_process_signalled(self) -> bool:
+        if get_world_size() == 1:
+            return self.received is not None
         flag = torch.tensor([0 if self.received is None else int(self.received)], dtype=torch.int64)
-        if get_world_size() > 1:
-            all_reduce(flag, op='max')  # moves the flag to the backend's device and back
-        if flag.item() and self.received is None:
-            self.received = int(flag.item())
-        return bool(flag.item())
+        all_reduce(flag, op='max')  # moves the flag to the backend's device and back
+        value = int(flag.item())
+        if value and self.received is None:
+            self.received = value
+        return bool(value)
 
+    # ------------------------------------------------------------------------------------- resume
+    def after_load_checkpoint(self, runner, checkpoint) -> None:
+        self._pending_validation = (checkpoint.get('meta') or {}).get(PENDING_VALIDATION)
+
+    def before_train_epoch(self, runner) -> None:
+        pending, self._pending_validation = self._pending_validation, None
+        if pending is None or pending != runner.iter or runner.val_loop is None:
+            return  # not a resume of a pre-empted run whose validation was skipped
+        runner.logger.info(f'Running the validation of iteration {pending}, which the pre-empted run skipped.')
+        runner.val_loop.run()
+        runner.model.train()
+
+    # ------------------------------------------------------------------------------------- stopping
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
-        if self.stopped_at is not None or not self._any_process_signalled():
+        if self.stopped_at is not None or (runner.iter + 1) % self._interval(runner):
+            return
+        if not self._any_process_signalled():
             return
         name = signal.Signals(self.received).name
         self.stopped_at = runner.iter + 1
@@ -119,9 +220,18 @@ class PreemptionHook(Hook):
                 f'resume at an epoch boundary, so no checkpoint is written now; --resume restarts epoch '
                 f'{runner.epoch + 1} from the last epoch checkpoint.')
             self._finish(runner)  # raises: the epoch loop has no way to stop in the middle of an epoch
-        runner.logger.warning(f'{name} received: saving the checkpoint of iteration {self.stopped_at} and stopping.')
+        if _validation_due(loop, runner, self.stopped_at):
+            self._skip_validation_at = self.stopped_at
+            # The loop validates after this hook returns: the pass is left to the resumed run.
+            loop.val_begin = math.inf
+        runner.logger.warning(f'{name} received: saving the checkpoint of iteration {self.stopped_at} and stopping'
+                              + (' (its validation runs on --resume).' if self._skip_validation_at else '.'))
         self._save(runner)
         loop.stop_training = True  # the loop ends after this iteration; after_train/after_run hooks run
+
+    def before_save_checkpoint(self, runner, checkpoint) -> None:
+        if self._skip_validation_at is not None and runner.iter + 1 == self._skip_validation_at:
+            checkpoint.setdefault('meta', {})[PENDING_VALIDATION] = self._skip_validation_at
 
     def _save(self, runner) -> None:
         hooks = [h for h in runner.hooks if isinstance(h, CheckpointHook)]
@@ -137,9 +247,8 @@ class PreemptionHook(Hook):
             if is_main_process():
                 write_last_checkpoint(runner.work_dir, hook.file_backend.join_path(hook.out_dir, filename))
             return
-        expected = hook.file_backend.join_path(hook.out_dir, hook.filename_tmpl.format(self.stopped_at))
-        if getattr(hook, 'last_ckpt', None) == expected:
-            return  # the checkpoint hook saved this very iteration already
+        if _checkpoint_hook_saves_now(hook, runner):
+            return  # the checkpoint hook, next in line, saves this very iteration
         hook._save_checkpoint(runner)  # rotation (max_keep_ckpts) and last_checkpoint as usual
 
     def after_run(self, runner) -> None:

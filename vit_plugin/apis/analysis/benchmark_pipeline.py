@@ -1,7 +1,8 @@
 """Images per second of JPEG training input pipelines (Inception crop + flip) on one CPU core.
 
-The data are realistic JPEGs made from scikit-learn's two bundled photos (640x427): random cuts,
-resized to ImageNet-like sizes (``--long-side`` x 3/4 of it, a quarter of them portrait) and encoded
+The data are realistic JPEGs made from scikit-learn's two bundled photos (640x427; matplotlib's
+sample photo where scikit-learn is missing): random cuts, resized to ImageNet-like sizes
+(``--long-side`` x 3/4 of it, a quarter of them portrait) and encoded
 at quality 90, seeded, in a temporary folder. Timed in this process with one torch and one OpenCV
 thread, from the file path to the packed CHW uint8 tensor:
 
@@ -59,10 +60,22 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def sample_photos() -> List[np.ndarray]:
+    """BGR photos to cut the JPEGs from: scikit-learn's two sample photos (640x427), or matplotlib's
+    sample photo (512x600) where scikit-learn is not installed (e.g. a venv made from the wheelhouse)."""
+    try:
+        from sklearn.datasets import load_sample_images
+    except ImportError:
+        from matplotlib import cbook
+        with cbook.get_sample_data('grace_hopper.jpg') as f:
+            photo = cv2.imdecode(np.frombuffer(f.read(), np.uint8), cv2.IMREAD_COLOR)
+        return [photo, np.ascontiguousarray(photo[:, ::-1])]
+    return [img[:, :, ::-1] for img in load_sample_images().images]  # RGB -> BGR for cv2
+
+
 def make_jpegs(folder: str, num: int, long_side: int, quality: int, seed: int) -> List[str]:
-    """Write ``num`` JPEGs cut from scikit-learn's sample photos; returns their paths."""
-    from sklearn.datasets import load_sample_images
-    photos = [img[:, :, ::-1] for img in load_sample_images().images]  # RGB -> BGR for cv2
+    """Write ``num`` JPEGs cut from sample photos (:func:`sample_photos`); returns their paths."""
+    photos = sample_photos()
     rng = np.random.default_rng(seed)
     short = int(round(long_side * 3 / 4))
     paths = []

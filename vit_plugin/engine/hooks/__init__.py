@@ -1,10 +1,11 @@
 from .fewshot_hook import FewShotEvalHook
 from .input_norm_hook import InputNormCheckHook, use_input_norm_check
-from .nonfinite_guard import NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
+from .nonfinite_guard import LossScaleCollapseError, NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
 from .sharded_ema_hook import ShardedEMAHook, mirror_tensors
 from .skip_bad_samples_hook import SkipBadSamplesHook
 
-__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'NonFiniteGuard', 'NonFiniteGuardHook', 'NonFiniteTrainingError',
-           'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook', 'SkipBadSamplesHook', 'mirror_tensors']
+__all__ = ['FewShotEvalHook', 'InputNormCheckHook', 'use_input_norm_check', 'LossScaleCollapseError', 'NonFiniteGuard',
+           'NonFiniteGuardHook', 'NonFiniteTrainingError', 'PosEmbedResizeHook', 'RNGReseedHook', 'ShardedEMAHook',
+           'SkipBadSamplesHook', 'mirror_tensors']

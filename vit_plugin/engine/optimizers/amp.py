@@ -1,19 +1,26 @@
-"""bf16 mixed precision on every backend: one option, the right optimizer wrapper per device.
+"""Mixed precision on every backend: one option, the right optimizer wrapper per device.
 
-* GPU: mmengine's ``AmpOptimWrapper`` with ``dtype='bfloat16'`` and a static loss scale of 1 (bf16
-  has fp32's exponent range, so no scaling is needed; the scaler then only skips steps with inf
-  gradients). CUDA's autocast policy already keeps LayerNorm, softmax and the losses in fp32.
-* CPU: :class:`CPUAmpOptimWrapper` (mmengine's AMP wrapper refuses to build without an
-  accelerator): ``torch.autocast('cpu', bfloat16)`` plus :class:`Fp32Policy`, because CPU autocast
-  runs softmax and LayerNorm in bf16 when their input is bf16 (the fused attention kernel keeps
-  its softmax in fp32 internally; attention that falls back to an explicit softmax -- trainable
-  relative position bias, attention dropout -- runs in fp32).
-* XLA: ``vit_plugin.XLAOptimWrapper(dtype='bfloat16')`` (XLA autocast), as before.
+* GPU, bf16: :class:`AutocastOptimWrapper` with ``dtype='bfloat16'`` and no loss scaler. bf16 has
+  fp32's exponent range, so gradients neither overflow nor underflow where fp32's would not, and a
+  scaler would only add work. It needs a GPU with native bf16 (compute capability 8.0 or newer:
+  A100, H100, L4, RTX 30xx and later); elsewhere the wrapper refuses to build and says so.
+* GPU, fp16: the same wrapper with ``dtype='float16'`` and dynamic loss scaling
+  (``torch.amp.GradScaler``): the loss is multiplied by a large scale so small gradients survive
+  fp16's narrow range; a step whose gradients overflow is skipped and the scale lowered.
+* CPU: ``torch.autocast('cpu', bfloat16)`` plus :class:`Fp32Policy`, because CPU autocast runs
+  softmax and LayerNorm in bf16 when their input is bf16 (the fused attention kernel keeps its
+  softmax in fp32 internally; attention that falls back to an explicit softmax -- trainable
+  relative position bias, attention dropout -- runs in fp32). ``vit_plugin.CPUAmpOptimWrapper`` is
+  this wrapper pinned to the CPU.
+* XLA: ``vit_plugin.XLAOptimWrapper(dtype='bfloat16')`` (XLA autocast).
 
-Weights, gradients and optimizer state stay fp32 in all three.
+CUDA's autocast policy already keeps LayerNorm, softmax and the losses in fp32. Weights, gradients
+and optimizer state stay fp32 everywhere. :func:`resolve_precision` is the rule behind
+``tools/train.py --amp``: bf16 where the device computes it natively, fp16 with loss scaling on
+older GPUs.
 """
 from contextlib import contextmanager
-from typing import Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -69,12 +76,149 @@ def _explicit_softmax(args, kwargs) -> bool:
     return dropout > 0 or (isinstance(mask, torch.Tensor) and mask.requires_grad)
 
 
-_DTYPES = {'bfloat16': torch.bfloat16, 'bf16': torch.bfloat16}
+_DTYPES = {'bfloat16': torch.bfloat16, 'bf16': torch.bfloat16, 'float16': torch.float16,
+           'fp16': torch.float16, 'half': torch.float16}
+
+
+def _as_dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).replace('torch.', '')
+    if name not in _DTYPES:
+        raise ValueError(f"mixed precision dtype={dtype!r} is not supported; use 'bfloat16' or 'float16' "
+                         f'(optim_wrapper.dtype in the config).')
+    return _DTYPES[name]
+
+
+def cuda_bf16_native(device: Optional[int] = None) -> bool:
+    """Whether the GPU computes bf16 natively (compute capability >= 8.0, or any ROCm GPU).
+
+    ``torch.cuda.is_bf16_supported()`` alone also answers True where bf16 is only emulated (V100,
+    T4): there bf16 matmuls run at a fraction of fp16's speed.
+    """
+    if not torch.cuda.is_available():
+        return False
+    if torch.version.hip:
+        return True
+    index = torch.cuda.current_device() if device is None else device
+    return torch.cuda.get_device_capability(index) >= (8, 0)
+
+
+def _gpu_name(device: Optional[int] = None) -> str:
+    index = torch.cuda.current_device() if device is None else device
+    major, minor = torch.cuda.get_device_capability(index)
+    return f'{torch.cuda.get_device_name(index)} (compute capability {major}.{minor})'
+
+
+def check_bf16_device(device_type: str) -> None:
+    """Refuse bf16 autocast on a GPU without native bf16, naming the GPU and the alternative."""
+    if device_type == 'cuda' and torch.cuda.is_available() and not cuda_bf16_native():
+        raise ValueError(f'bf16 mixed precision needs a GPU with native bf16 (compute capability 8.0 or '
+                         f'newer, e.g. A100, H100, L4); {_gpu_name()} has none and would emulate it '
+                         f'slowly. Use fp16 with loss scaling (`--amp fp16`, or `--amp`, which picks it on '
+                         f'this GPU), or fp32 (no `--amp`).')
+
+
+def _param_device_type(optimizer: torch.optim.Optimizer) -> str:
+    for group in optimizer.param_groups:
+        for p in group['params']:
+            return p.device.type
+    return 'cpu'
 
 
 @OPTIM_WRAPPERS.register_module()
-class CPUAmpOptimWrapper(OptimWrapper):
-    """mmengine's ``OptimWrapper`` with bf16 autocast on CPU (LayerNorm, softmax, loss in fp32).
+class AutocastOptimWrapper(OptimWrapper):
+    """mmengine's ``OptimWrapper`` with autocast to bf16 or fp16, and a loss scaler for fp16 only.
+
+    Args:
+        dtype (str or torch.dtype): ``'bfloat16'`` or ``'float16'``. Defaults to ``'bfloat16'``.
+        loss_scale (str, float or dict, optional): fp16 loss scaling, as in mmengine's
+            ``AmpOptimWrapper``: ``'dynamic'`` (the default for fp16), a fixed scale, or the keyword
+            arguments of ``torch.amp.GradScaler``. Must be None for bf16 (nothing to scale).
+            Defaults to None.
+        device_type (str, optional): Autocast device (``'cuda'`` or ``'cpu'``). Defaults to None:
+            the device of the optimizer's parameters.
+        **kwargs: ``optimizer``, ``accumulative_counts``, ``clip_grad`` as for ``OptimWrapper``.
+
+    Attributes:
+        loss_scaler (torch.amp.GradScaler or None): The fp16 scaler (None for bf16).
+    """
+
+    def __init__(self, dtype: Union[str, torch.dtype] = 'bfloat16', loss_scale=None,
+                 device_type: Optional[str] = None, **kwargs):
+        super().__init__(**kwargs)
+        self.cast_dtype = _as_dtype(dtype)
+        self.device_type = device_type or _param_device_type(self.optimizer)
+        if self.device_type not in ('cuda', 'cpu'):
+            raise ValueError(f'AutocastOptimWrapper: device_type={self.device_type!r}; it autocasts on '
+                             "'cuda' or 'cpu' (XLA: vit_plugin.XLAOptimWrapper).")
+        self._scale_update_param = None
+        self.loss_scaler = None
+        if self.cast_dtype is torch.bfloat16:
+            if loss_scale is not None:
+                raise ValueError(f'AutocastOptimWrapper: loss_scale={loss_scale!r} with bfloat16; bf16 has '
+                                 "fp32's range and trains without loss scaling: drop optim_wrapper.loss_scale.")
+            check_bf16_device(self.device_type)
+        else:
+            loss_scale = 'dynamic' if loss_scale is None else loss_scale
+            if loss_scale == 'dynamic':
+                self.loss_scaler = torch.amp.GradScaler(self.device_type)
+            elif isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
+                self._scale_update_param = float(loss_scale)
+                self.loss_scaler = torch.amp.GradScaler(self.device_type, init_scale=float(loss_scale))
+            elif isinstance(loss_scale, dict):
+                self.loss_scaler = torch.amp.GradScaler(self.device_type, **loss_scale)
+            else:
+                raise TypeError(f"AutocastOptimWrapper: loss_scale must be 'dynamic', a number or a dict of "
+                                f'GradScaler arguments, got {loss_scale!r}.')
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        if self.loss_scaler is not None:
+            loss = self.loss_scaler.scale(loss)
+        loss.backward(**kwargs)
+        self._inner_count += 1
+
+    def step(self, **kwargs) -> None:
+        if self.loss_scaler is None:
+            super().step(**kwargs)
+            return
+        if self.clip_grad_kwargs:
+            self.loss_scaler.unscale_(self.optimizer)  # clip the true gradients
+            self._clip_grad()
+        self.loss_scaler.step(self.optimizer, **kwargs)
+        self.loss_scaler.update(self._scale_update_param)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.loss_scaler is not None:
+            state['loss_scaler'] = self.loss_scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        scaler_state = state_dict.pop('loss_scaler', None)
+        if scaler_state is not None and self.loss_scaler is not None:
+            self.loss_scaler.load_state_dict(scaler_state)
+        super().load_state_dict(state_dict)
+
+    @contextmanager
+    def optim_context(self, model: nn.Module):
+        with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype):
+            if self.device_type == 'cpu':
+                with Fp32Policy():
+                    yield
+            else:
+                yield
+
+    def __repr__(self):
+        scaler = 'dynamic loss scaling' if self.loss_scaler is not None else 'no loss scaling'
+        return super().__repr__().replace(
+            '\noptimizer:', f'\nautocast: {self.device_type} {self.cast_dtype}, {scaler}\noptimizer:', 1)
+
+
+@OPTIM_WRAPPERS.register_module()
+class CPUAmpOptimWrapper(AutocastOptimWrapper):
+    """:class:`AutocastOptimWrapper` on the CPU in bf16 (LayerNorm, softmax, losses in fp32).
 
     Args:
         dtype (str or torch.dtype): Only ``'bfloat16'``: CPU autocast has no fp16 policy worth
@@ -83,18 +227,43 @@ class CPUAmpOptimWrapper(OptimWrapper):
     """
 
     def __init__(self, dtype: Union[str, torch.dtype] = 'bfloat16', **kwargs):
-        super().__init__(**kwargs)
-        if isinstance(dtype, str):
-            dtype = _DTYPES.get(dtype.replace('torch.', ''), dtype)
-        if dtype is not torch.bfloat16:
+        kwargs.pop('device_type', None)
+        if _DTYPES.get(str(dtype).replace('torch.', ''), dtype) is not torch.bfloat16:
             raise ValueError(f'CPUAmpOptimWrapper: dtype={dtype!r} is not supported; CPU mixed '
                              "precision trains in 'bfloat16' (optim_wrapper.dtype in the config).")
-        self.cast_dtype = dtype
+        super().__init__(dtype=dtype, device_type='cpu', **kwargs)
 
-    @contextmanager
-    def optim_context(self, model: nn.Module):
-        with super().optim_context(model), torch.autocast('cpu', dtype=self.cast_dtype), Fp32Policy():
-            yield
+
+def resolve_precision(requested: str, device: str) -> Tuple[str, str]:
+    """The precision ``--amp [requested]`` trains in on ``device``, and why.
+
+    Args:
+        requested (str): ``'auto'`` (``--amp`` without a value), ``'bf16'`` or ``'fp16'``.
+        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
+
+    Returns:
+        tuple[str, str]: ``'bf16'`` or ``'fp16'``, and a sentence for the log.
+
+    Raises:
+        ValueError: bf16 on a GPU without native bf16, or fp16 off a GPU.
+    """
+    if requested not in ('auto', 'bf16', 'fp16'):
+        raise ValueError(f"mixed precision must be 'auto', 'bf16' or 'fp16', got {requested!r}.")
+    if device == 'cuda':
+        native = cuda_bf16_native()
+        if requested == 'auto':
+            if native:
+                return 'bf16', f'--amp: bf16 without loss scaling ({_gpu_name()} computes bf16 natively)'
+            return 'fp16', (f'--amp: fp16 with dynamic loss scaling ({_gpu_name()} has no native bf16; '
+                            f'bf16 needs compute capability 8.0 or newer)')
+        if requested == 'bf16':
+            check_bf16_device('cuda')
+            return 'bf16', '--amp bf16: bf16 without loss scaling'
+        return 'fp16', '--amp fp16: fp16 with dynamic loss scaling'
+    if requested == 'fp16':
+        raise ValueError(f'fp16 mixed precision needs a GPU (dynamic loss scaling); on {device} use bf16 '
+                         '(`--amp bf16`).')
+    return 'bf16', f'--amp: bf16 autocast on {device}'
 
 
 def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dict:
@@ -111,18 +280,21 @@ def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dic
     if precision not in ('bf16', 'fp16'):
         raise ValueError(f"mixed precision must be 'bf16' or 'fp16', got {precision!r}.")
     wrapper_type = optim_wrapper.get('type', 'OptimWrapper')
-    if str(wrapper_type).split('.')[-1] not in ('OptimWrapper', 'AmpOptimWrapper', 'CPUAmpOptimWrapper'):
+    if str(wrapper_type).split('.')[-1] not in ('OptimWrapper', 'AmpOptimWrapper', 'CPUAmpOptimWrapper',
+                                                'AutocastOptimWrapper'):
         raise ValueError(f'optim_wrapper.type={wrapper_type!r}: mixed precision replaces the optimizer '
                          'wrapper and knows only OptimWrapper / AmpOptimWrapper configs.')
     if precision == 'fp16' and device != 'cuda':
         raise ValueError(f'fp16 mixed precision needs a GPU (dynamic loss scaling); on {device} use '
                          'bf16 (`--amp bf16`).')
     if device == 'cuda':
-        optim_wrapper['type'] = 'AmpOptimWrapper'
+        optim_wrapper['type'] = 'vit_plugin.AutocastOptimWrapper'
+        optim_wrapper.pop('use_fsdp', None)  # an mmengine AmpOptimWrapper option
         if precision == 'bf16':
             optim_wrapper['dtype'] = 'bfloat16'
-            optim_wrapper['loss_scale'] = 1.0  # bf16 has fp32's range: no scaling
+            optim_wrapper.pop('loss_scale', None)  # bf16 has fp32's range: no scaling
         else:
+            optim_wrapper['dtype'] = 'float16'
             optim_wrapper.setdefault('loss_scale', 'dynamic')
     elif device == 'xla':
         # vit_plugin.xla.to_xla_config turns this into XLAOptimWrapper with XLA autocast.

@@ -1,0 +1,9 @@
+"""One command that measures vit_plugin on a CUDA host and writes a report (``make gpu-report``).
+
+``python tools/analysis/gpu_report.py --help`` lists the options; the code is
+:mod:`vit_plugin.apis.analysis.gpu_report`.
+"""
+from vit_plugin.apis.analysis.gpu_report import main
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,294 @@
+#!/usr/bin/env python
+"""A wheelhouse for a machine that has torch but no network: ``make wheelhouse``, then ``make gpu-report``.
+
+    python tools/make_wheelhouse.py build [--out wheelhouse] [--binary-under 12] [--python-version 3.11]
+    python tools/make_wheelhouse.py venv [--wheelhouse wheelhouse] [--venv .venv] [--host-site DIR]
+    python tools/make_wheelhouse.py host-site --out DIR
+
+``build`` (on a machine with the project's environment and access to PyPI) collects, as wheels, every
+package the stack needs at run time -- mmengine, mmcv-lite, mmpretrain, mmdet, timm and pytest (the
+report runs the ``cuda`` tests) with their dependencies, at the versions of the running environment --
+except what comes with torch and torchvision (torch's own requirements, numpy, pillow). Pure-Python
+wheels work on any host. Compiled ones are platform- and Python-specific: those smaller than
+``--binary-under`` MiB (matplotlib, pyyaml, pycocotools, shapely...) are taken for the Python version
+and platform given (default: this interpreter's); the large ones (OpenCV, SciPy) would make the
+wheelhouse too big to copy and are left to the host, listed in ``host-requirements.txt``. A wheel of
+vit_plugin itself completes it. The wheelhouse must stay under 64 MiB.
+
+``venv`` (on the host, with its Python that has torch) makes ``--venv`` with
+``python -m venv --system-site-packages``, so torch, torchvision and the host's compiled packages are
+used as they are, and installs the wheelhouse into it with ``pip --no-index --no-deps`` (every
+dependency is in the list already, and pip must not refuse e.g. a host's ``opencv-python-headless``
+for mmcv's ``opencv-python``). It then checks that the stack imports. ``--host-site`` stands for a
+host's site-packages where the creating Python has none (a directory added to the venv's path after
+its own packages, as ``--system-site-packages`` adds the base interpreter's); ``host-site`` makes one
+from the running environment (links to its torch, torchvision, OpenCV and SciPy and what they require),
+which is how the wheelhouse is checked on a machine without such a host.
+"""
+import argparse
+import importlib.metadata as metadata
+import json
+import os
+import os.path as osp
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: Distributions the stack needs at run time (the report: training, detection, the cuda tests).
+ROOTS = ['mmengine', 'mmcv-lite', 'mmpretrain', 'mmdet', 'timm', 'pytest']
+#: What the host brings with its torch; their requirement closure is left out too.
+HOST = ['torch', 'torchvision']
+LIMIT_MIB = 64
+#: Modules a usable host must import (the compiled packages the wheelhouse leaves to it).
+HOST_MODULES = {'torch': 'torch', 'torchvision': 'torchvision', 'numpy': 'numpy', 'PIL': 'pillow',
+                'cv2': 'opencv-python (or opencv-python-headless)', 'scipy': 'scipy'}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def _installed():
+    return {_canonical(d.metadata['Name']): d for d in metadata.distributions()}
+
+
+def _requirements(dist):
+    from packaging.requirements import Requirement
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({'extra': ''}):
+            yield _canonical(req.name)
+
+
+def _mmcv_lite_pin() -> str:
+    path = osp.join(REPO, 'requirements', 'mmcv_lite.txt')
+    if osp.isfile(path):
+        with open(path) as f:
+            for line in f:
+                match = re.match(r'\s*mmcv-lite==(\S+)', line)
+                if match:
+                    return match.group(1)
+    return metadata.version('mmcv') if _canonical('mmcv') in _installed() else '2.1.0'
+
+
+def closure(roots, dists):
+    """Names and versions of ``roots`` and everything they require, from the installed metadata.
+
+    ``mmcv-lite`` stands for mmcv's Python code: where a compiled ``mmcv`` is installed instead, its
+    requirements are read and the pin of requirements/mmcv_lite.txt is used.
+    """
+    found, stack, missing = {}, [_canonical(r) for r in roots], []
+    while stack:
+        name = stack.pop()
+        if name == 'mmcv':  # mmcv's Python code, whichever distribution carries it here
+            name = 'mmcv-lite'
+        if name in found:
+            continue
+        dist = dists.get(name)
+        if dist is None and name == 'mmcv-lite':
+            dist, version = dists.get('mmcv'), _mmcv_lite_pin()
+        else:
+            version = dist.version if dist is not None else None
+        if dist is None:
+            missing.append(name)
+            continue
+        found[name] = version
+        stack.extend(_requirements(dist))
+    if missing:
+        raise SystemExit(f'make_wheelhouse: {", ".join(sorted(set(missing)))} not installed in {sys.prefix}; '
+                         f'run it with the project environment (`make wheelhouse` uses .venv).')
+    return found
+
+
+def _pure(dist) -> bool:
+    wheel = dist.read_text('WHEEL') or ''
+    return any(tag.endswith('-none-any') for tag in re.findall(r'Tag:\s*(\S+)', wheel))
+
+
+def _pip_download(spec: str, dest: str, python_version: str, platforms, pure: bool) -> bool:
+    cmd = [sys.executable, '-m', 'pip', 'download', '--disable-pip-version-check', '-q', '--no-deps',
+           '--only-binary=:all:', '--python-version', python_version, '-d', dest, spec]
+    if pure:
+        cmd += ['--platform', 'any', '--implementation', 'py', '--abi', 'none']
+    else:
+        for platform in platforms:
+            cmd += ['--platform', platform]
+    return subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+
+
+def _platforms():
+    """Platform tags of this interpreter, most specific first (manylinux on Linux)."""
+    from packaging import tags
+    seen = []
+    for tag in tags.sys_tags():
+        if tag.platform not in seen and tag.platform != 'any':
+            seen.append(tag.platform)
+    return seen[:40]
+
+
+def _mib(path: str) -> float:
+    return osp.getsize(path) / 2**20
+
+
+def build(args) -> dict:
+    dists = _installed()
+    host = closure(HOST, dists) if all(_canonical(h) in dists for h in HOST) else {}
+    needed = {n: v for n, v in closure(ROOTS, dists).items() if n not in host and n not in ('torch', 'torchvision')}
+    os.makedirs(args.out, exist_ok=True)
+    for name in os.listdir(args.out):  # a fresh set: no wheel of an older pin stays behind
+        if name.endswith('.whl') or name.endswith('.txt'):
+            os.remove(osp.join(args.out, name))
+    platforms = args.platform or _platforms()
+    wheels, left = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, version in sorted(needed.items()):
+            dest = osp.join(tmp, name)
+            spec = f'{name}=={version}'
+            if _pip_download(spec, dest, args.python_version, platforms, pure=True):
+                kind = 'pure'
+            elif _pip_download(spec, dest, args.python_version, platforms, pure=False):
+                kind = 'compiled'
+            else:
+                raise SystemExit(f'make_wheelhouse: pip found no wheel of {spec} for Python {args.python_version} '
+                                 f'({", ".join(platforms[:3])}...); is PyPI reachable?')
+            path = osp.join(dest, os.listdir(dest)[0])
+            if kind == 'compiled' and _mib(path) > args.binary_under:
+                left[name] = (version, _mib(path))
+                continue
+            shutil.move(path, osp.join(args.out, osp.basename(path)))
+            wheels[name] = (version, kind, _mib(osp.join(args.out, osp.basename(path))))
+    # vit_plugin itself: a pure wheel of this checkout (with its mmcv._ext start-up hook).
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--disable-pip-version-check', '-q', '--no-deps',
+                        '--no-build-isolation', '-w', tmp, REPO], check=True)
+        built, = os.listdir(tmp)
+        shutil.move(osp.join(tmp, built), osp.join(args.out, built))
+        wheels['vit-plugin'] = (built.split('-')[1], 'pure', _mib(osp.join(args.out, built)))
+    with open(osp.join(args.out, 'requirements.txt'), 'w') as f:
+        f.write('# Installed with `python tools/make_wheelhouse.py venv` (pip --no-index --no-deps).\n')
+        f.writelines(f'{name}=={version}\n' for name, (version, _, _) in sorted(wheels.items()))
+    with open(osp.join(args.out, 'host-requirements.txt'), 'w') as f:
+        f.write('# Not in the wheelhouse: the host provides these (compiled, too large to copy, or torch\'s own).\n'
+                '# Tested versions; `tools/make_wheelhouse.py venv` checks that they import.\n')
+        f.writelines(f'{name}=={version}  # {size:.0f} MiB wheel\n' for name, (version, size) in sorted(left.items()))
+        f.writelines(f'{name}=={version}  # with torch/torchvision\n' for name, version in sorted(host.items())
+                     if not name.startswith('nvidia-'))
+    total = sum(_mib(osp.join(args.out, n)) for n in os.listdir(args.out))
+    summary = dict(out=args.out, wheels=len(wheels), pure=sum(k == 'pure' for _, k, _ in wheels.values()),
+                   compiled=sorted(n for n, (_, k, _) in wheels.items() if k == 'compiled'),
+                   left_to_host=sorted(left), mib=round(total, 1), python=args.python_version)
+    with open(osp.join(args.out, 'wheelhouse.json'), 'w') as f:
+        json.dump(dict(summary, files={n: dict(version=v, kind=k, mib=round(s, 2)) for n, (v, k, s) in wheels.items()}),
+                  f, indent=1)
+    print(f"wheelhouse: {summary['wheels']} wheels ({summary['pure']} pure; compiled for Python {args.python_version}: "
+          f"{', '.join(summary['compiled']) or 'none'}), {total:.1f} MiB in {args.out}; left to the host: "
+          f"{', '.join(f'{n} ({s:.0f} MiB)' for n, (_, s) in sorted(left.items())) or 'nothing'} and torch's own")
+    if total > LIMIT_MIB:
+        raise SystemExit(f'make_wheelhouse: {total:.1f} MiB is over {LIMIT_MIB} MiB; lower --binary-under.')
+    return summary
+
+
+# ------------------------------------------------------------------------------------------ venv
+CHECK = """
+import importlib, sys
+missing = []
+for module, what in {modules!r}.items():
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        missing.append(f'{{what}} ({{err}})')
+if missing:
+    sys.exit('the host lacks: ' + '; '.join(missing))
+import mmcv, mmdet, mmengine, mmpretrain, numpy, torch, vit_plugin
+import mmdet.models, mmpretrain.models, mmcv.ops
+from vit_plugin.ops import describe
+print(f'stack ok: torch {{torch.__version__}}, numpy {{numpy.__version__}}, mmengine {{mmengine.__version__}}, '
+      f'mmcv {{mmcv.__version__}}, mmpretrain {{mmpretrain.__version__}}, mmdet {{mmdet.__version__}}; '
+      f"mmcv's operators: {{describe()}}")
+"""
+
+
+def venv(args) -> None:
+    wheelhouse = osp.abspath(args.wheelhouse)
+    requirements = osp.join(wheelhouse, 'requirements.txt')
+    if not osp.isfile(requirements):
+        raise SystemExit(f'make_wheelhouse venv: {requirements} not found; run `make wheelhouse` on a machine with '
+                         f'network access and copy the folder here.')
+    if not osp.isfile(osp.join(args.venv, 'bin', 'python')):
+        options = [] if args.host_site else ['--system-site-packages']
+        subprocess.run([sys.executable, '-m', 'venv', *options, args.venv], check=True)
+    python = osp.join(args.venv, 'bin', 'python')
+    if args.host_site:
+        site = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        with open(osp.join(site, '_host_site_packages.pth'), 'w') as f:
+            f.write(osp.abspath(args.host_site) + '\n')
+    subprocess.run([python, '-m', 'pip', 'install', '--disable-pip-version-check', '-q', '--no-index', '--no-deps',
+                    '--find-links', wheelhouse, '-r', requirements], check=True)
+    check = subprocess.run([python, '-c', CHECK.format(modules=HOST_MODULES)], capture_output=True, text=True,
+                           cwd=tempfile.gettempdir())
+    if check.returncode != 0:
+        host = osp.join(wheelhouse, 'host-requirements.txt')
+        raise SystemExit(f'make_wheelhouse venv: {args.venv} does not import the stack:\n{check.stderr[-3000:]}\n'
+                         f'{host} lists what the host must provide.')
+    print(check.stdout.strip())
+
+
+def host_site(args) -> None:
+    """Links to this environment's host packages (and what they require) in one directory: a stand-in for
+    a CUDA host's site-packages, to check the wheelhouse on a machine that has none."""
+    dists = _installed()
+    names = closure(args.packages, dists)
+    os.makedirs(args.out, exist_ok=True)
+    linked = set()
+    for name in names:
+        dist = dists[name]
+        for file in dist.files or []:
+            top = file.parts[0]
+            if top in linked or top.endswith('.pth') or top == '..' or top == '__pycache__':
+                continue
+            source = osp.join(str(dist.locate_file('')), top)
+            if osp.exists(source):
+                os.symlink(source, osp.join(args.out, top))
+                linked.add(top)
+    print(f'host-site: {len(names)} distributions ({", ".join(sorted(n for n in names if not n.startswith("nvidia")))} '
+          f'and the nvidia libraries) linked into {args.out}')
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    sub = parser.add_subparsers(dest='command')
+    b = sub.add_parser('build', help='collect the wheels (needs PyPI)')
+    b.add_argument('--out', default='wheelhouse')
+    b.add_argument('--binary-under', type=float, default=12.,
+                   help='compiled wheels up to this many MiB go in; larger ones are left to the host (default 12)')
+    b.add_argument('--python-version', default='.'.join(map(str, sys.version_info[:2])),
+                   help="the host's Python for compiled wheels (default: this interpreter's)")
+    b.add_argument('--platform', nargs='+', default=None, help='platform tags for compiled wheels (default: this '
+                   "machine's, e.g. manylinux_2_28_x86_64)")
+    v = sub.add_parser('venv', help="make a venv from the wheelhouse beside the host's torch")
+    v.add_argument('--wheelhouse', default='wheelhouse')
+    v.add_argument('--venv', default='.venv')
+    v.add_argument('--host-site', default=None,
+                   help="a directory with the host's packages (torch...), instead of this Python's own site-packages")
+    h = sub.add_parser('host-site', help="links to this environment's torch, torchvision, OpenCV and SciPy: a "
+                       'stand-in host for checking the wheelhouse')
+    h.add_argument('--out', required=True)
+    h.add_argument('--packages', nargs='+', default=HOST + ['opencv-python', 'scipy'])
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(['build', *(argv or sys.argv[1:])])
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    return {'build': build, 'venv': venv, 'host-site': host_site}[args.command](args)
+
+
+if __name__ == '__main__':
+    main()
