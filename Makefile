@@ -34,9 +34,11 @@ clean-venv:
 .PHONY: wheelhouse gpu-report
 HOST_PYTHON ?= python3
 GPU_REPORT_ARGS ?=
+# The compiled wheels are for one Python: WHEELHOUSE_ARGS="--python-version 3.12" for a host with 3.12.
+WHEELHOUSE_ARGS ?=
 
 wheelhouse: setup
-	$(PY) tools/make_wheelhouse.py build --out wheelhouse
+	$(PY) tools/make_wheelhouse.py build --out wheelhouse $(WHEELHOUSE_ARGS)
 
 gpu-report:
 	@if [ ! -x "$(PY)" ]; then \
