@@ -85,7 +85,7 @@ setup(
         'mim': ['mmcv>=2.0.0,<2.2.0'],  # compiled mmcv (builds from source where no wheel fits your torch)
         'xla': ['torch-xla'],
         'det': ['mmdet>=3.3.0,<3.4', 'pycocotools'],
-        'tests': ['pytest', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib'],
+        'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib'],
         'deploy': ['onnx', 'onnxruntime'],
     },
 )

@@ -17,7 +17,9 @@ except ImportError:  # torch_xla is optional for users; the set-up installs it f
 
 import torch  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Two threads at most; fewer when pytest-xdist workers share the cores (`make test` starts one per core).
+_workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 import pytest  # noqa: E402
 

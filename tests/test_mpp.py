@@ -159,9 +159,11 @@ def test_targets_reject_sizes_that_do_not_tile():
     dict(type='SelfSupDataPreprocessor'),
 ])
 def test_unnormalize_inverts_the_preprocessor(preprocessor):
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
-    preprocessor = MODELS.build(preprocessor)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):  # whatever scope another test's runner left
+        preprocessor = MODELS.build(preprocessor)
     torch.manual_seed(3)
     bgr = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
     out = preprocessor(dict(inputs=list(bgr), data_samples=[DataSample(), DataSample()]) if
