@@ -6,9 +6,10 @@
     python tools/make_wheelhouse.py host-site --out DIR
 
 ``build`` (on a machine with the project's environment and access to PyPI) collects, as wheels, every
-package the stack needs at run time -- mmengine, mmcv-lite, mmpretrain, mmdet, timm and pytest (the
-report runs the ``cuda`` tests) with their dependencies, at the versions of the running environment --
-except what comes with torch and torchvision (torch's own requirements, numpy, pillow). Pure-Python
+package the stack needs at run time -- mmengine, mmcv-lite, mmpretrain, mmdet, timm, pytest and
+pytest-xdist (the report runs the ``cuda`` tests; ``make test`` runs test files in parallel) with their
+dependencies, at the versions of the running environment -- except what comes with torch and
+torchvision (torch's own requirements, numpy, pillow). Pure-Python
 wheels work on any host. Compiled ones are platform- and Python-specific: those smaller than
 ``--binary-under`` MiB (matplotlib, pyyaml, pycocotools, shapely...) are taken for the Python version
 and platform given (default: this interpreter's); the large ones (OpenCV, SciPy) would make the
@@ -39,7 +40,7 @@ import tempfile
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 #: Distributions the stack needs at run time (the report: training, detection, the cuda tests).
-ROOTS = ['mmengine', 'mmcv-lite', 'mmpretrain', 'mmdet', 'timm', 'pytest']
+ROOTS = ['mmengine', 'mmcv-lite', 'mmpretrain', 'mmdet', 'timm', 'pytest', 'pytest-xdist']
 #: What the host brings with its torch; their requirement closure is left out too.
 HOST = ['torch', 'torchvision']
 LIMIT_MIB = 64
