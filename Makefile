@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs test files in parallel, one pytest worker per core up to 4 (each multi-process test
-# starts 2 ranks); a file's tests stay together in one worker, in order. PYTEST_JOBS=0: one process.
+# starts 2 ranks); a file's tests stay together in one worker, in order, and the files go out in the
+# order tests/conftest.py gives (longest first). PYTEST_JOBS=0: one process.
 PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 4 ? 4 : n )))
 
 .PHONY: setup demo test bench clean-venv
@@ -22,7 +23,7 @@ demo: setup
 	$(PY) tools/demo.py
 
 test: setup
-	$(PY) -m pytest tests -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) tools/analysis/benchmark.py

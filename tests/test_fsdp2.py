@@ -4,7 +4,9 @@ across them (2 -> 1, 1 -> 2), and consolidation into an ordinary checkpoint.
 
 The reference is a plain single-process run (no FSDP) of the same 2-block ViT on the same global
 batch (1 x 32 vs 2 x 16 images, deterministic data, no dropout): the mean of the two processes'
-losses must equal its loss at every iteration.
+losses must equal its loss at every iteration. Every run averages its weights with mmengine's
+``EMAHook`` (``ShardedEMAHook`` under ``--fsdp``), so each checkpoint also carries the average through
+pre-emption and resharding, and it must equal the plain run's.
 """
 import os.path as osp
 import signal
@@ -24,8 +26,15 @@ from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem
 ATOL = 1e-5
 
 
-def config(path, data_root, **kwargs):
-    return iter_config(path, data_root, drop_rate=0.0, **kwargs)
+def config(path, data_root, delay=0.0, **kwargs):
+    """test_preemption's iteration-based digits run without dropout, with an EMA of the weights."""
+    base = iter_config(path.with_name(f'{path.stem}_base.py'), data_root, drop_rate=0.0, delay=delay, **kwargs)
+    path.write_text(f"""
+_base_ = [{base!r}]
+custom_hooks = [dict(type='LossRecorderHook'), dict(type='PacingHook', delay={delay}),
+                dict(type='EMAHook', momentum=0.2, priority='ABOVE_NORMAL')]
+""")
+    return str(path)
 
 
 def mean_losses(work, iters):
@@ -60,7 +69,7 @@ def build_model(config_file):
 
 
 @pytest.mark.slow
-def test_fsdp2_two_processes_match_one_process_and_resume(tmp_path, digits_root):
+def test_fsdp2_two_processes_match_one_process_resume_and_keep_the_weight_average(tmp_path, digits_root):
     env = dict(run_env())
     plain = tmp_path / 'plain'
     run(train_cmd(config(tmp_path / 'one.py', digits_root, batch_size=32), plain))
@@ -113,15 +122,26 @@ def test_fsdp2_two_processes_match_one_process_and_resume(tmp_path, digits_root)
     np.testing.assert_allclose(mean_losses(again, range(2 * INTERVAL, MAX_ITERS)),
                                losses_list(reference, range(2 * INTERVAL, MAX_ITERS)), rtol=0, atol=ATOL)
 
-    # The consolidated final checkpoint is an ordinary file that loads into a plain model and gives the
-    # plain run's outputs.
-    out = consolidate([str(work / f'iter_{MAX_ITERS}.pth')])
-    assert out == str(work / f'iter_{MAX_ITERS}_consolidated.pth')
-    consolidated = torch.load(out, map_location='cpu', weights_only=True)
-    ours = torch.load(plain / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)['state_dict']
-    assert set(consolidated['state_dict']) == set(ours) and consolidated['meta']['iter'] == MAX_ITERS
+    # Each run's final checkpoint, consolidated, is an ordinary file in mmengine's EMA layout (state_dict
+    # the average, ema_state_dict the trained weights) holding the plain run's values: the average came
+    # through the pre-emption (work), 2 -> 1 (single) and 1 -> 2 (again). It loads into a plain model.
+    reference_ckpt = torch.load(plain / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)
+    name = 'backbone.blocks.0.attn.qkv.weight'
+    moved = (reference_ckpt['state_dict'][name] - reference_ckpt['ema_state_dict'][f'module.{name}']).abs().max()
+    assert moved > 1e-3  # the average differs from the trained weights: the comparison has teeth
+    for run_dir in (work, single, again):
+        out = consolidate([str(run_dir / f'iter_{MAX_ITERS}.pth')])
+        assert out == str(run_dir / f'iter_{MAX_ITERS}_consolidated.pth')
+        ours = torch.load(out, map_location='cpu', weights_only=True)
+        assert ours['meta']['iter'] == MAX_ITERS
+        for key in ('state_dict', 'ema_state_dict'):
+            assert set(ours[key]) == set(reference_ckpt[key]), (run_dir.name, key)
+            for param, value in reference_ckpt[key].items():
+                np.testing.assert_allclose(ours[key][param].numpy(), value.numpy(), rtol=0, atol=1e-4,
+                                           err_msg=f'{run_dir.name}: {key}[{param}]')
+
     models = []
-    for state in (consolidated['state_dict'], ours):
+    for state in (ours['state_dict'], reference_ckpt['state_dict']):
         model = build_model(two_cfg).eval()
         assert not model.load_state_dict(state, strict=True).missing_keys
         models.append(model)
@@ -146,38 +166,3 @@ def test_fsdp_flag_selects_fsdp2_and_shards_ema():
     cfg = train.merge_args(Config.fromfile(args.config), args)
     (sharded, ) = [h for h in cfg.custom_hooks if 'EMAHook' in h['type']]
     assert sharded == dict(ema, type='vit_plugin.ShardedEMAHook')
-
-
-def ema_config(path, base):
-    path.write_text(f"""
-_base_ = [{base!r}]
-custom_hooks = [dict(type='LossRecorderHook'), dict(type='EMAHook', momentum=0.2, priority='ABOVE_NORMAL')]
-""")
-    return str(path)
-
-
-@pytest.mark.slow
-def test_ema_under_fsdp2_matches_the_plain_run_and_resumes_its_average(tmp_path, digits_root):
-    env = dict(run_env())
-    one = ema_config(tmp_path / 'ema_one.py', config(tmp_path / 'one.py', digits_root, batch_size=32))
-    two = ema_config(tmp_path / 'ema_two.py', config(tmp_path / 'two.py', digits_root, batch_size=16))
-    plain, sharded, resumed = tmp_path / 'plain', tmp_path / 'fsdp', tmp_path / 'resumed'
-    run(train_cmd(one, plain))
-    run(dist_cmd(two, sharded, '--fsdp'), env=dict(env, PORT=str(free_port())))
-    # a second job resumes the sharded checkpoint of iteration 8: the average must come back with it
-    run(dist_cmd(two, resumed, '--fsdp', '--resume', str(sharded / f'iter_{INTERVAL}.pth')),
-        env=dict(env, PORT=str(free_port())))
-    assert sorted(read_losses(resumed, 0)) == list(range(INTERVAL, MAX_ITERS))
-
-    reference = torch.load(plain / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)
-    for work in (sharded, resumed):
-        ours = torch.load(consolidate([str(work / f'iter_{MAX_ITERS}.pth')]), map_location='cpu', weights_only=True)
-        # mmengine's layout: state_dict holds the average, ema_state_dict the trained weights
-        assert set(ours['ema_state_dict']) == set(reference['ema_state_dict'])
-        for key in ('state_dict', 'ema_state_dict'):
-            for name, value in reference[key].items():
-                np.testing.assert_allclose(ours[key][name].numpy(), value.numpy(), rtol=0, atol=1e-4,
-                                           err_msg=f'{work.name}: {key}[{name}]')
-    name = 'backbone.blocks.0.attn.qkv.weight'
-    moved = (reference['state_dict'][name] - reference['ema_state_dict'][f'module.{name}']).abs().max()
-    assert moved > 1e-3  # the average differs from the trained weights: the comparison has teeth

@@ -136,47 +136,62 @@ def gone(pids, timeout=10.0):
     return False
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGUSR1], ids=['SIGTERM', 'SIGUSR1'])
-def test_signal_to_the_whole_job_saves_stops_and_resume_repeats_the_losses(reference, tmp_path, digits_root, signum):
-    # What SLURM does on pre-emption or scancel (SIGTERM; `scancel --signal=USR1`, `--signal=USR1@120`):
-    # the signal reaches every process of the job, the training process and its two data-loader
-    # workers. The workers must keep serving batches until the run has saved and stopped, and then end
-    # cleanly. The run is paced (0.3 s per iteration) so that the signal lands between two checkpoints.
-    cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
-    work = tmp_path / 'run'
-    proc = subprocess.Popen(train_cmd(cfg, work), env=run_env(), cwd=REPO, text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    while progress(work)[0] < INTERVAL + 1:  # the workers exist once training runs
+def stop_the_whole_job(cfg, work, after_iters, signum, *extra):
+    """Start ``tools/train.py cfg`` (with ``extra`` arguments) in its own process group, send ``signum``
+    to the whole group once ``after_iters`` iterations are done and check the stop: exit status 75, a
+    message naming the signal and ``--resume``, no worker complaint, the workers gone, and an intact
+    checkpoint of the last finished iteration named in ``last_checkpoint``. Returns (losses of the run,
+    iteration it stopped after, its output)."""
+    if osp.exists(work / 'progress_rank0'):
+        os.remove(work / 'progress_rank0')  # a previous run's progress
+    proc = subprocess.Popen(train_cmd(cfg, work, *extra), env=run_env(), cwd=REPO, text=True,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while progress(work)[0] < after_iters - 1:  # the workers exist once training runs
         assert proc.poll() is None, proc.communicate()[1][-4000:]
         time.sleep(0.02)
     workers = children(proc.pid)
     assert len(workers) >= 2, workers
-    status, output = signal_when(proc, work, after_iters=INTERVAL + 2, target='group', signum=signum)
-    name = signal.Signals(signum).name
+    status, output = signal_when(proc, work, after_iters=after_iters, target='group', signum=signum)
     assert status == EXIT_PREEMPTED, output[-4000:]
-    assert name in output and '--resume' in output and 'Traceback' not in output
+    assert signal.Signals(signum).name in output and '--resume' in output and 'Traceback' not in output
     assert 'DataLoader worker' not in output and 'killed by signal' not in output
     assert gone(workers), 'data-loader workers outlived the run'
 
-    interrupted = read_losses(work)  # after_train hooks ran: the loss recorder wrote its file
-    stopped = max(interrupted) + 1
-    assert sorted(interrupted) == list(range(stopped)) and INTERVAL + 2 <= stopped < MAX_ITERS
-    assert osp.isfile(work / f'iter_{stopped}.pth')  # the checkpoint of the last finished iteration
+    losses = read_losses(work)  # after_train hooks ran: the loss recorder wrote its file
+    stopped = max(losses) + 1
+    assert stopped < MAX_ITERS and osp.isfile(work / f'iter_{stopped}.pth')
     assert checkpoint_problem(str(work / f'iter_{stopped}.pth')) is None
     assert (work / 'last_checkpoint').read_text() == f'iter_{stopped}.pth'  # relative to the work dir
     ckpt = torch.load(work / f'iter_{stopped}.pth', map_location='cpu', weights_only=False)
     assert ckpt['meta']['iter'] == stopped
     assert not [name for name in os.listdir(work) if name.endswith('.part')]
+    return losses, stopped, output
+
+
+@pytest.mark.slow
+def test_signals_to_the_whole_job_save_stop_and_resume_repeats_the_losses(reference, tmp_path, digits_root):
+    # What SLURM does on pre-emption or scancel (SIGTERM; `scancel --signal=USR1`, `--signal=USR1@120`):
+    # the signal reaches every process of the job, the training process and its two data-loader
+    # workers. The workers must keep serving batches until the run has saved and stopped, and then end
+    # cleanly. The run is paced (0.3 s per iteration) so that each signal lands between two checkpoints:
+    # SIGTERM stops the first run, SIGUSR1 the run resumed from its checkpoint, and a third run finishes.
+    # Together they must give the uninterrupted run's losses.
+    cfg = iter_config(tmp_path / 'paced.py', digits_root, delay=0.3, num_workers=2)
+    work = tmp_path / 'run'
+    first, stopped, _ = stop_the_whole_job(cfg, work, INTERVAL + 2, signal.SIGTERM)
+    assert sorted(first) == list(range(stopped)) and INTERVAL + 2 <= stopped < 2 * INTERVAL
+
+    second, stopped_again, output = stop_the_whole_job(cfg, work, 2 * INTERVAL + 2, signal.SIGUSR1, '--resume')
+    assert f'iter_{stopped}.pth' in output
+    assert sorted(second) == list(range(stopped, stopped_again)) and 2 * INTERVAL + 2 <= stopped_again
 
     resumed = run(train_cmd(cfg, work, '--resume'))
-    assert f'iter_{stopped}.pth' in resumed.stdout + resumed.stderr
-    after = read_losses(work)
-    assert sorted(after) == list(range(stopped, MAX_ITERS))
-    np.testing.assert_allclose(losses_list(after, sorted(after)), losses_list(reference['losses'], sorted(after)),
-                               rtol=0, atol=1e-6)
-    np.testing.assert_allclose(losses_list(interrupted, range(stopped)),
-                               losses_list(reference['losses'], range(stopped)), rtol=0, atol=1e-6)
+    assert f'iter_{stopped_again}.pth' in resumed.stdout + resumed.stderr
+    third = read_losses(work)
+    assert sorted(third) == list(range(stopped_again, MAX_ITERS))
+    for losses in (first, second, third):
+        np.testing.assert_allclose(losses_list(losses, sorted(losses)),
+                                   losses_list(reference['losses'], sorted(losses)), rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
