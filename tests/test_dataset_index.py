@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from mmengine.config import Config
-from mmengine.registry import DATASETS
+from mmengine.registry import DATASETS, DefaultScope
 from mmpretrain.datasets import CustomDataset as MMPretrainCustomDataset
 from mmpretrain.datasets import ImageNet21k as MMPretrainImageNet21k
 from torch.utils.data import DataLoader
@@ -288,7 +288,8 @@ def test_imagenet21k_config_builds_through_the_registry(tmp_path):
     block = cfg.train_dataloader.dataset
     assert block.type == 'vit_plugin.ImageNet21k' and block.ann_file == 'meta/train.txt'
     block.data_root = root
-    ds = DATASETS.build(block)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):  # the config's scope, as its runner sets it
+        ds = DATASETS.build(block)
     assert type(ds).__mro__[1] is compact_index.CompactListMixin
     assert [(info['img_path'], info['gt_label']) for info in (ds.get_data_info(i) for i in range(2))] == [
         (osp.join(root, 'train', 'n01/a.JPEG'), 0), (osp.join(root, 'train', 'n02/b c.JPEG'), 1)]

@@ -341,7 +341,8 @@ def test_mpp_uses_the_backbone_encoder(extra):
     latent, _ = model.encode_corrupted(inputs, sample_corruption(2, 16, mask_prob=0., random_prob=0.))
     with torch.no_grad():
         own = model.backbone(inputs)[0][:, 1:]
-    torch.testing.assert_close(latent, own, rtol=0, atol=1e-6)
+    # (The two paths order the same float32 sums differently: a few 1e-6 apart, depending on the weights.)
+    torch.testing.assert_close(latent, own, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------- configs

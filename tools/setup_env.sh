@@ -58,17 +58,23 @@ verify() {
   local -x PYTHONWARNINGS=ignore::SyntaxWarning
   "$VENV/bin/python" - <<'PY' || return 1
 import importlib
+import sys
+# Where NMS / RoIAlign come from, after running them on the CPU and on every visible GPU (what
+# `python -m vit_plugin.ops` prints; here in the process that checks the imports, before torch_xla's).
+from vit_plugin import ops
+try:
+    source = ops.check()
+except RuntimeError as error:
+    sys.exit(f'[setup] error: {error}')
 for name in ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmcv.ops', 'mmpretrain.models', 'mmdet',
              'mmdet.models', 'torch_xla', 'timm', 'scipy', 'onnx', 'onnxruntime', 'vit_plugin'):
     importlib.import_module(name)
-import mmcv, mmdet, mmengine, mmpretrain, sys, torch, torch_xla
+import mmcv, mmdet, mmengine, mmpretrain, torch, torch_xla
 print(f'[setup] ok: Python {sys.version.split()[0]}, torch {torch.__version__}, torch_xla {torch_xla.__version__}, '
       f'mmengine {mmengine.__version__}, mmcv {mmcv.__version__}, mmpretrain {mmpretrain.__version__}, '
       f'mmdet {mmdet.__version__}')
+print(f'[setup] mmcv ops: {source}')
 PY
-  # where NMS / RoIAlign come from, after running them on the CPU and on every visible GPU
-  "$VENV/bin/python" -m vit_plugin.ops | sed 's/^/[setup] /'
-  return "${PIPESTATUS[0]}"
 }
 
 PY=$(find_python)
@@ -160,8 +166,10 @@ fi
 log "byte-compiling the installed packages"
 SITE_DIRS=$("$VENV/bin/python" -c 'import sysconfig; print("\n".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})))')
 mapfile -t SITE_DIRS <<< "$SITE_DIRS"
-PYTHONWARNINGS=ignore::SyntaxWarning "$VENV/bin/python" -m compileall -qq -j 0 "${SITE_DIRS[@]}" vit_plugin \
-  _vit_plugin_mmcv_ext.py || log "some files could not be byte-compiled; Python compiles them when imported"
+# Test folders are left out: nothing imports them.
+PYTHONWARNINGS=ignore::SyntaxWarning "$VENV/bin/python" -m compileall -qq -j 0 -x '/(tests?|testing/_internal)/' \
+  "${SITE_DIRS[@]}" vit_plugin _vit_plugin_mmcv_ext.py \
+  || log "some files could not be byte-compiled; Python compiles them when imported"
 
 verify
 echo "$STAMP" > "$STAMP_FILE"
