@@ -6,6 +6,7 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
+from mmengine.registry import DefaultScope
 
 import vit_plugin  # noqa: F401  (registers the components)
 from vit_plugin.models.selfsup import targets as T
@@ -15,6 +16,14 @@ from vit_plugin.models.selfsup.corruption import (ACTION_KEEP, ACTION_MASK, ACTI
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 PROJECT = osp.join(ROOT, 'projects', 'masked_patch_prediction')
 TINY_ARCH = dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64)
+
+
+@pytest.fixture(autouse=True)
+def mmpretrain_scope():
+    """Every test builds in mmpretrain's scope, as an mmpretrain config does, whatever scope a runner of
+    an earlier test in this process left current."""
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        yield
 
 
 def build_mpp(target='mean_color_3bit', img_size=32, patch_size=8, backbone=None, **kwargs):
