@@ -164,8 +164,8 @@ fi
 # process takes about 20 s instead of 7 on 2 cores. (Files a Python version cannot compile, if a package
 # ships any, are left to the interpreter: they are not imported.)
 log "byte-compiling the installed packages"
-SITE_DIRS=$("$VENV/bin/python" -c 'import sysconfig; print("\n".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})))')
-mapfile -t SITE_DIRS <<< "$SITE_DIRS"
+mapfile -t SITE_DIRS < <("$VENV/bin/python" -c \
+  'import sysconfig; print("\n".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})))')
 # Test folders are left out: nothing imports them.
 PYTHONWARNINGS=ignore::SyntaxWarning "$VENV/bin/python" -m compileall -qq -j 0 -x '/(tests?|testing/_internal)/' \
   "${SITE_DIRS[@]}" vit_plugin _vit_plugin_mmcv_ext.py \
