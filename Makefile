@@ -1,8 +1,13 @@
 # Quick start: `make demo` trains and evaluates a small ViT on the embedded dataset; `make test` runs
-# the whole test suite. Both set up .venv first (once; later runs only check it). The set-up compiles
-# nothing; `MMCV_OPS=compiled make setup` builds mmcv's operators for this host instead, and
-# `make setup-plan` prints what the set-up would do on this host (docs/installation.md).
-VENV ?= .venv
+# the whole test suite. Both set up the virtualenv first (once; later runs only check it): the current
+# stack (maintained OpenMMLab forks, newest torch, numpy 2) in .venv, or with `STACK=classic` the upstream
+# releases on torch 2.9 with torch_xla (TPUs) in .venv-classic. The set-up compiles nothing;
+# `MMCV_OPS=compiled make setup` builds mmcv's operators for this host instead, and `make setup-plan`
+# prints what the set-up would do on this host (docs/installation.md).
+STACK ?= current
+export STACK
+VENV ?= $(if $(filter classic,$(STACK)),.venv-classic,.venv)
+export VENV
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs test files in parallel, one pytest worker per core up to 4 (each multi-process test

@@ -1,14 +1,17 @@
-"""Install vit_plugin. The tested stack is pinned in requirements/lock.txt; the ranges below are
-for users who bring their own torch (e.g. a CUDA build) and OpenMMLab packages.
+"""Install vit_plugin. Two stacks are tested, each pinned in requirements/<stack>/lock.txt
+(docs/installation.md#two-stacks); the ranges below are for users who bring their own torch and OpenMMLab.
 
-mmcv is deliberately not in ``install_requires`` (as in mmdet's and mmpretrain's own packages): either
-mmcv distribution satisfies vit_plugin, and pip cannot express "one of the two".
+The OpenMMLab packages are extras, never plain requirements: the maintained forks (``onedl-mmengine``,
+``onedl-mmcv``, ``onedl-mmpretrain``, ``onedl-mmdetection``) install the same import names as the upstream
+releases, so a plain requirement on ``mmengine`` would put the upstream files over a fork's. Pick one:
 
-- ``pip install -e .[lite]`` adds ``mmcv-lite`` (no compiled code; vit_plugin provides NMS, RoIAlign and
-  the sigmoid focal loss from torchvision). This is what ``make setup`` installs.
-- An environment with a compiled mmcv 2.0-2.1 (``mim install mmcv``, or ``MMCV_OPS=compiled make
-  setup``) keeps it: a plain ``pip install -e .`` leaves it untouched and vit_plugin uses it.
-- Without either, ``import vit_plugin`` stops with an error that says what to install.
+- ``pip install 'vit_plugin[onedl]'``: the maintained forks (torch >= 2.10, numpy 2). ``onedl-mmcv`` is a
+  source package; built without torch in its build environment (pip's default) it has no compiled
+  operators, and vit_plugin provides the ones its models use (NMS, RoIAlign, sigmoid focal loss).
+- ``pip install 'vit_plugin[openmmlab,lite]'``: the upstream releases with ``mmcv-lite``; ``[openmmlab,mim]``
+  with a compiled mmcv 2.0-2.1 instead; ``[openmmlab]`` alone keeps an mmcv already installed.
+- An environment that has either stack already: a plain ``pip install vit_plugin`` adds none of them.
+- Without either, ``import vit_plugin`` stops with an error that names both.
 
 The wheel also carries ``vit_plugin_mmcv_ext.pth``, which makes ``import mmcv._ext`` find vit_plugin's
 operators when mmcv has none, whatever a script imports first (``_vit_plugin_mmcv_ext.py``).
@@ -76,16 +79,17 @@ setup(
         'torch>=2.1',
         'torchvision>=0.16',  # mmpretrain imports it; vit_plugin.ops runs its NMS / RoIAlign kernels
         'numpy',
-        'mmengine>=0.10.3,<1.0',
-        'mmpretrain>=1.2.0,<2.0',
-        'setuptools<81',  # mmengine imports pkg_resources, removed in setuptools 81
+        'safetensors',  # the checkpoint format that cannot run code
     ],
     extras_require={
+        'onedl': ['onedl-mmengine>=0.10.8', 'onedl-mmcv>=2.3', 'onedl-mmpretrain>=1.3', 'onedl-mmdetection>=3.4',
+                  'pycocotools'],
+        'openmmlab': ['mmengine>=0.10.3,<1.0', 'mmpretrain>=1.2.0,<2.0', 'mmdet>=3.3.0,<3.4', 'pycocotools',
+                      'setuptools<81', 'numpy<2'],  # mmengine 0.10.7 imports pkg_resources; all predate numpy 2
         'lite': ['mmcv-lite>=2.0.0,<2.2.0'],  # mmdet 3.3.0 refuses mmcv >= 2.2
         'mim': ['mmcv>=2.0.0,<2.2.0'],  # compiled mmcv (builds from source where no wheel fits your torch)
         'xla': ['torch-xla'],
-        'det': ['mmdet>=3.3.0,<3.4', 'pycocotools'],
-        'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib'],
+        'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib', 'transformers<5'],
         'deploy': ['onnx', 'onnxruntime'],
     },
 )

@@ -23,6 +23,12 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 import pytest  # noqa: E402
 
+from helpers.stack import STACK, XLA_SKIP_REASON  # noqa: E402
+
+if STACK not in ('current', 'classic'):
+    raise pytest.UsageError(f'the environment holds {STACK or "neither"} of the two stacks\' OpenMMLab packages; '
+                            'set it up with `make setup` or `STACK=classic make setup`')
+
 
 @pytest.fixture(scope='session')
 def digits_root(tmp_path_factory):
@@ -47,3 +53,7 @@ FILE_SECONDS = {
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))  # stable: a file's tests keep their order
+    if STACK == 'current':
+        for item in items:
+            if item.get_closest_marker('xla'):
+                item.add_marker(pytest.mark.skip(reason=XLA_SKIP_REASON))

@@ -221,7 +221,7 @@ def test_every_mmcv_operator_exists_and_the_unprovided_ones_say_how_to_get_them(
         with pytest.raises(ops.MissingCompiledOpError) as info:
             getattr(provider, name)()
         message = str(info.value)
-        assert f"compiled operator '{name}'" in message and 'has mmcv-lite (no compiled code)' in message
+        assert f"compiled operator '{name}'" in message and 'has mmcv without compiled code' in message
         assert 'MMCV_OPS=compiled make setup' in message and 'MMCV_WHEEL=' in message, message
     assert not hasattr(provider, '__not_an_operator__')
     # through mmcv's modules: DeformConv2d names itself and the operator
@@ -433,8 +433,9 @@ PROBE = json.dumps(dict(torch='2.9.0', cuda='12.8'))
 
 
 def _plan(plan_tool, tmp_path, **env):
+    """The plan for the classic stack (mmcv 2.1.0, torch 2.9.0) unless ``STACK`` says otherwise."""
     base = dict(PATH=str(tmp_path / 'bin') + os.pathsep + '/usr/bin:/bin', VIT_PLUGIN_CACHE=str(tmp_path / 'cache'),
-                VIT_PLUGIN_CUDA_PROBE=PROBE, CUDA_HOME=str(tmp_path / 'no_cuda'))
+                VIT_PLUGIN_CUDA_PROBE=PROBE, CUDA_HOME=str(tmp_path / 'no_cuda'), STACK='classic')
     base.update(env)
     return plan_tool.make_plan(str(tmp_path / 'venv'), env={k: v for k, v in base.items() if v is not None})
 
@@ -539,18 +540,57 @@ def test_plan_mmcv_wheel_and_bad_requests(plan_tool, tmp_path):
     assert bad['action'] == 'stop' and 'TORCH_CUDA_ARCH_LIST' in bad['message']
 
 
-def test_lock_resolves_per_python(plan_tool):
-    """The lock's markers: one version per package for each supported Python."""
-    pins = {v: plan_tool.read_lock(python_version=v) for v in ((3, 10), (3, 11), (3, 12))}
-    assert [pins[v]['scipy'] for v in sorted(pins)] == ['1.15.3', '1.17.1', '1.17.1']
-    assert [pins[v]['setuptools'] for v in sorted(pins)] == ['65.5.0', '65.5.0', '80.8.0']
-    assert all(pins[v]['torch'] == '2.9.0' and pins[v]['mmcv-lite'] == '2.1.0' for v in pins)
-    assert 'mmcv' not in pins[(3, 11)] and 'tomli' in pins[(3, 10)] and 'tomli' not in pins[(3, 11)]
+def test_plan_current_stack_builds_onedl_mmcv(plan_tool, tmp_path):
+    """The current stack: onedl-mmcv without operators by default, compiled onedl-mmcv wheels on request,
+    and an MMCV_WHEEL of the other stack's mmcv refused."""
+    probe = json.dumps(dict(torch='2.15.0', cuda='13.2'))
+    plan = _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe)
+    assert (plan['action'], plan['lite_dist'], plan['mmcv']) == ('lite', 'onedl-mmcv', '2.3.6')
+    assert 'install onedl-mmcv==2.3.6 (pure Python)' in plan_tool.describe(plan)
+    compiled = _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe, MMCV_OPS='compiled')
+    assert (compiled['action'], compiled['key'], compiled['source_dist']) == ('build', 'torch-2.15.0-cpu',
+                                                                              'onedl-mmcv')
+    py = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    key_dir = tmp_path / 'cache' / 'wheels' / 'torch-2.15.0-cpu'
+    key_dir.mkdir(parents=True)
+    (key_dir / f'mmcv-2.1.0-{py}-{py}-linux_x86_64.whl').write_text('')  # the classic stack's: not this one
+    assert _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe, MMCV_OPS='compiled')['action'] \
+        == 'build'
+    wheel = key_dir / f'onedl_mmcv-2.3.6-{py}-{py}-linux_x86_64.whl'
+    wheel.write_text('')
+    cached = _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe, MMCV_OPS='compiled')
+    assert (cached['action'], cached['wheel']) == ('cached', str(wheel))
+    upstream = key_dir / f'mmcv-2.1.0-{py}-{py}-linux_x86_64.whl'
+    refused = _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe, MMCV_WHEEL=str(upstream))
+    assert refused['action'] == 'stop' and 'not a compiled onedl-mmcv wheel' in refused['message']
+    assert _plan(plan_tool, tmp_path, STACK='current', VIT_PLUGIN_CUDA_PROBE=probe, MMCV_WHEEL=str(wheel))['action'] \
+        == 'wheel'
+    with pytest.raises(ValueError, match='STACK=future'):
+        _plan(plan_tool, tmp_path, STACK='future')
+
+
+@pytest.mark.parametrize('stack, pythons, expected', [
+    ('classic', ((3, 10), (3, 11), (3, 12)), dict(scipy=['1.15.3', '1.17.1', '1.17.1'],
+                                                 setuptools=['65.5.0', '65.5.0', '80.8.0'],
+                                                 torch=['2.9.0'] * 3, numpy=['1.26.4'] * 3)),
+    ('current', ((3, 11), (3, 12), (3, 13)), dict(scipy=['1.17.1', '1.18.1', '1.18.1'], torch=['2.15.0'] * 3,
+                                                 numpy=['2.2.6'] * 3, **{'onedl-mmcv': ['2.3.6'] * 3})),
+])
+def test_lock_resolves_per_python(plan_tool, stack, pythons, expected):
+    """Each stack's lock: one version per package for each Python the stack supports."""
+    pins = {v: plan_tool.read_lock(plan_tool.lock_path(stack), python_version=v) for v in pythons}
+    for name, versions in expected.items():
+        assert [pins[v][name] for v in pythons] == versions, name
+    if stack == 'classic':
+        assert all(pins[v]['mmcv-lite'] == '2.1.0' and pins[v]['torch-xla'] == '2.9.0' for v in pins)
+        assert 'mmcv' not in pins[(3, 11)] and 'tomli' in pins[(3, 10)] and 'tomli' not in pins[(3, 11)]
+    else:  # the forks only: an upstream distribution would put its files over a fork's
+        assert not {'mmcv', 'mmcv-lite', 'mmengine', 'mmpretrain', 'mmdet', 'torch-xla'} & set(pins[(3, 12)])
 
 
 def _setup_env(tmp_path, *args, **env):
     full = dict(os.environ, VENV=str(tmp_path / 'venv'), VIT_PLUGIN_CACHE=str(tmp_path / 'cache'),
-                VIT_PLUGIN_CUDA_PROBE=PROBE, CUDA_HOME=str(tmp_path / 'no_cuda'),
+                VIT_PLUGIN_CUDA_PROBE=PROBE, CUDA_HOME=str(tmp_path / 'no_cuda'), STACK='classic',
                 PATH=str(tmp_path / 'bin') + os.pathsep + os.environ['PATH'])
     full.update(env)
     return subprocess.run(['bash', osp.join(REPO, 'tools', 'setup_env.sh'), *args], env=full, capture_output=True,

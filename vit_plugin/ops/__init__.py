@@ -1,6 +1,7 @@
 """mmcv's compiled operators for an mmcv without them, and where this process's operators come from.
 
-The pinned stack installs ``mmcv-lite`` (mmcv's Python code, no compiled extension). The operators our
+Both pinned stacks install mmcv's Python code without its compiled extension (``mmcv-lite`` on the
+classic stack, ``onedl-mmcv`` built as a pure wheel on the current one). The operators our
 detectors need (NMS, RoIAlign forward and backward, and on CUDA mmdet's sigmoid focal loss) come from
 torchvision and torch through :mod:`vit_plugin.ops.ext`, which ``import mmcv._ext`` finds when there is
 no compiled ``mmcv._ext`` (see ``_vit_plugin_mmcv_ext``). A compiled mmcv, when installed, is used
@@ -36,10 +37,9 @@ __all__ = ['install', 'ops_source', 'describe', 'check', 'install_startup_hook',
 BUILD_RECORD = 'vit_plugin_mmcv_build.json'
 
 MMCV_MISSING = (
-    'vit_plugin needs mmcv >= 2.0, < 2.2 (mmdet 3.3 refuses 2.2), and none is installed. Either '
-    '`pip install mmcv-lite==2.1.0` (pure Python; vit_plugin supplies NMS, RoIAlign and the sigmoid focal '
-    'loss from torchvision) or install a compiled mmcv 2.1.0 built for your torch. See '
-    'docs/installation.md.')
+    "vit_plugin needs mmcv, and none is installed: pip install 'vit_plugin[onedl]' (onedl-mmcv, built "
+    "without operators) or 'vit_plugin[openmmlab,lite]' (mmcv-lite 2.1.0); vit_plugin supplies NMS, RoIAlign "
+    'and the sigmoid focal loss from torchvision. See docs/installation.md.')
 
 
 def install():
@@ -172,7 +172,7 @@ def check(devices=None):
             hint = ('the compiled mmcv has no CUDA kernels, or none for this GPU: rebuild it on this host with '
                     '`MMCV_OPS=compiled make setup`, or use the default set-up (torchvision kernels)'
                     if source['kind'] == 'compiled' else 'check that torch and torchvision are CUDA builds of '
-                    'matching versions (requirements/lock.txt)')
+                    'matching versions (requirements/<stack>/lock.txt)')
             raise RuntimeError(f'NMS / RoIAlign failed on {device} ({describe(source)}): {error}. {hint}.') from error
         for name, got, want in zip(('NMS', 'RoIAlign', 'RoIAlign gradient'), results, reference):
             if got.shape != want.shape or not torch.allclose(got.to(want.dtype), want, rtol=1e-5, atol=1e-5):

@@ -46,10 +46,10 @@ PROVIDED = ('nms', 'roi_align_forward', 'roi_align_backward', 'sigmoid_focal_los
             'sigmoid_focal_loss_backward', 'get_compiler_version', 'get_compiling_cuda_version')
 
 HOW_TO_GET_COMPILED = (
-    'To get compiled mmcv: in this repository run `MMCV_OPS=compiled make setup` (builds mmcv 2.1.0 '
+    'To get compiled mmcv: in this repository run `MMCV_OPS=compiled make setup` (builds the stack\'s mmcv '
     'for this host: CPU kernels, plus CUDA kernels when a GPU and a matching nvcc are present) or '
-    '`MMCV_WHEEL=/path/to/mmcv-2.1.0-<tags>.whl make setup` (a wheel built elsewhere); in your own '
-    'environment replace mmcv-lite with a compiled mmcv<2.2 built for your torch. '
+    '`MMCV_WHEEL=/path/to/<mmcv wheel> make setup` (a wheel built elsewhere); in your own environment '
+    'install a compiled mmcv built for your torch (onedl-mmcv built with torch present, or mmcv<2.2). '
     'See docs/installation.md, "Compiled mmcv".')
 
 
@@ -199,7 +199,7 @@ def sigmoid_focal_loss_backward(input, target, weight, grad_input, gamma, alpha)
 # --------------------------------------------------------------------------------------------- build info
 def get_compiler_version():
     """What ``mmcv.utils.collect_env`` reports as "MMCV Compiler": nothing was compiled for mmcv."""
-    return f'none (mmcv-lite; ops from torchvision {torchvision.__version__} via vit_plugin)'
+    return f'none (mmcv without compiled code; ops from torchvision {torchvision.__version__} via vit_plugin)'
 
 
 def get_compiling_cuda_version():
@@ -216,7 +216,7 @@ def _missing_op(name):
         caller = sys._getframe(1).f_globals.get('__name__', '?')
         raise MissingCompiledOpError(
             f"{caller} needs mmcv's compiled operator '{name}', which this installation does not have: it "
-            'has mmcv-lite (no compiled code), and vit_plugin supplies only nms, roi_align_forward/backward and '
+            'has mmcv without compiled code, and vit_plugin supplies only nms, roi_align_forward/backward and '
             f'sigmoid_focal_loss_forward/backward (from torchvision and torch). {HOW_TO_GET_COMPILED}')
 
     missing.__name__ = missing.__qualname__ = name

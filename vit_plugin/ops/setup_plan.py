@@ -9,8 +9,10 @@ gets), and the tests import it as ``vit_plugin.ops.setup_plan``.
 
 The decision:
 
-- ``MMCV_OPS=lite`` (the default for a new virtualenv): ``mmcv-lite`` from the lock, nothing compiled;
-  vit_plugin provides NMS, RoIAlign and the sigmoid focal loss from torchvision (CPU and CUDA).
+- ``MMCV_OPS=lite`` (the default for a new virtualenv): mmcv without compiled operators, nothing compiled
+  (classic stack: ``mmcv-lite`` from the lock; current stack: ``onedl-mmcv``, published as source only, built
+  where the build environment has no torch, which makes it pure Python); vit_plugin provides NMS, RoIAlign
+  and the sigmoid focal loss from torchvision (CPU and CUDA).
 - ``MMCV_OPS=compiled``: mmcv from source with its operators, built for this host and the locked torch:
   - no GPU visible (and ``FORCE_CUDA`` not 1), or a CPU-only torch: CPU kernels;
   - a GPU visible (or ``FORCE_CUDA=1``) and an ``nvcc`` whose major version is torch's CUDA major: CPU and
@@ -18,11 +20,12 @@ The decision:
   - a GPU visible and no such ``nvcc``: a stop before anything changes, naming the ways forward.
   The wheel is cached under ``<cache>/wheels/torch-<version>-<cpu | cuXYZ-sm_A-sm_B>/`` and reused by
   every later set-up with the same key (the file name carries the Python tag).
-- ``MMCV_WHEEL=/path/to/mmcv-2.1.0-<tags>.whl``: that wheel (built elsewhere, e.g. once for a cluster).
+- ``MMCV_WHEEL=/path/to/mmcv-2.1.0-<tags>.whl`` (current stack: ``onedl_mmcv-2.3.6-<tags>.whl``): that wheel
+  (built elsewhere, e.g. once for a cluster).
 - Without ``MMCV_OPS`` the virtualenv keeps what it has: a compiled mmcv installed by the set-up (built
   here or from ``MMCV_WHEEL``) stays while it fits the locked torch and the Python.
 
-Inputs from the environment: MMCV_OPS, MMCV_WHEEL, TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME (or
+Inputs from the environment: STACK (``current`` unless set), MMCV_OPS, MMCV_WHEEL, TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME (or
 CUDA_PATH), CUDA_VISIBLE_DEVICES, VIT_PLUGIN_CACHE, PATH (``nvcc``, ``nvidia-smi``). torch's version and
 CUDA version are read from the lock (what the set-up installs: PyPI's torch brings the
 ``nvidia-cuda-runtime`` it was built with); ``VIT_PLUGIN_CUDA_PROBE='{"torch": "2.9.0", "cuda": "12.8"}'``
@@ -39,7 +42,30 @@ import subprocess
 import sys
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))  # the checkout being set up
-LOCK = osp.join(REPO, 'requirements', 'lock.txt')
+#: What differs about mmcv between the two stacks (``STACK``; tools/setup_env.sh).
+#: ``lite``: the distribution without compiled operators; ``source``: the one built with them; ``wheel``: the
+#: compiled wheel's file-name prefix; ``versions``: what the stack's mmdet accepts, and why.
+STACKS = {
+    'current': dict(lite='onedl-mmcv', source='onedl-mmcv', wheel='onedl_mmcv', versions=((2, 0, 0), (3, 0, 0)),
+                    why='onedl-mmdetection 3.5 needs mmcv >= 2.0, < 3.0'),
+    'classic': dict(lite='mmcv-lite', source='mmcv', wheel='mmcv', versions=((2, 0, 0), (2, 2, 0)),
+                    why='mmdet 3.3 needs mmcv >= 2.0, < 2.2'),
+}
+
+
+def stack_name(env=None):
+    """The stack being set up: ``STACK`` (``current`` unless set)."""
+    name = (os.environ if env is None else env).get('STACK', '').strip() or 'current'
+    if name not in STACKS:
+        raise ValueError(f'STACK={name}: use current (the default) or classic')
+    return name
+
+
+def lock_path(stack):
+    return osp.join(REPO, 'requirements', stack, 'lock.txt')
+
+
+LOCK = lock_path('current')
 #: In the virtualenv (``sys.prefix``): what the set-up installed as compiled mmcv (vit_plugin.ops reads it).
 RECORD = 'vit_plugin_mmcv_build.json'
 #: Next to each cached wheel: what it was built for.
@@ -90,9 +116,9 @@ def torch_probe(env, pins):
         raise ValueError(f'{LOCK} pins no torch')
     cuda = None
     for name, version in pins.items():
-        if re.fullmatch(r'nvidia-cuda-runtime-cu\d+', name):
+        if re.fullmatch(r'nvidia-cuda-runtime(-cu\d+)?', name):
             cuda = '.'.join(version.split('.')[:2])
-    return dict(torch=pins['torch'].split('+')[0], cuda=cuda, source='requirements/lock.txt')
+    return dict(torch=pins['torch'].split('+')[0], cuda=cuda, source='the lock')
 
 
 def _run(cmd, env):
@@ -185,12 +211,12 @@ def _sm(arch):
     return 'sm_' + arch.replace('.', '')
 
 
-def _wheel_tags(path):
-    match = re.fullmatch(r'mmcv-(\d+)\.(\d+)\.(\d+)-(cp\d+)-[^-]+-[^-]+\.whl', osp.basename(path))
+def _wheel_tags(path, prefix='mmcv'):
+    match = re.fullmatch(re.escape(prefix) + r'-(\d+)\.(\d+)\.(\d+)-(cp\d+)-[^-]+-[^-]+\.whl', osp.basename(path))
     return match
 
 
-def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
+def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version, stack='classic'):
     """The plan. ``action`` is one of:
 
     - 'lite': install mmcv-lite (nothing compiled);
@@ -201,8 +227,10 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
     - 'build': compile ``mmcv==mmcv_version`` with ``build_env`` into ``cache_dir``, then install it;
     - 'stop': change nothing and print ``message``.
     """
+    spec = STACKS[stack]
     plan = dict(mode=None, action=None, wheel=None, cache_dir=None, key=None, build_env={}, cuda=None, archs=[],
-                torch=probe['torch'], mmcv=mmcv_version, python=python_tag, message='', notes=[])
+                torch=probe['torch'], mmcv=mmcv_version, python=python_tag, message='', notes=[], stack=stack,
+                lite_dist=spec['lite'], source_dist=spec['source'])
 
     def stop(message):
         plan.update(action='stop', message=message)
@@ -220,13 +248,14 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
             return stop('MMCV_WHEEL installs a compiled mmcv, MMCV_OPS=lite asks for none: unset one of them')
         if not osp.isfile(wheel):
             return stop(f'MMCV_WHEEL={wheel}: no such file')
-        tags = _wheel_tags(wheel)
+        tags = _wheel_tags(wheel, spec['wheel'])
         if not tags:
-            return stop(f'MMCV_WHEEL={wheel}: not an mmcv wheel (expected mmcv-<version>-<python tag>-<abi>-'
-                        '<platform>.whl)')
+            return stop(f"MMCV_WHEEL={wheel}: not a compiled {spec['source']} wheel, which the {stack} stack takes "
+                        f"(expected {spec['wheel']}-<version>-<python tag>-<abi>-<platform>.whl)")
         version = tuple(int(v) for v in tags.groups()[:3])
-        if not (2, 0, 0) <= version < (2, 2, 0):
-            return stop(f'MMCV_WHEEL={wheel}: mmcv {".".join(map(str, version))}; mmdet 3.3 needs >= 2.0, < 2.2')
+        low, high = spec['versions']
+        if not low <= version < high:
+            return stop(f'MMCV_WHEEL={wheel}: mmcv {".".join(map(str, version))}; {spec["why"]}')
         if tags.group(4) != python_tag:
             return stop(f'MMCV_WHEEL={wheel}: built for {tags.group(4)}, the virtualenv runs {python_tag}')
         plan.update(action='wheel', wheel=osp.abspath(wheel))
@@ -251,8 +280,9 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
     if mode == 'lite':
         plan.update(action='lite', cuda=probe['cuda'])
         devices = f"CPU and CUDA {probe['cuda']}" if probe['cuda'] else 'CPU'
-        plan['notes'].append(f'mmcv-lite {mmcv_version}: nothing is compiled; NMS, RoIAlign and the sigmoid focal '
-                             f'loss come from torchvision ({devices} kernels) through vit_plugin')
+        plan['notes'].append(f"{spec['lite']} {mmcv_version} without compiled operators: nothing is compiled; NMS, "
+                             f'RoIAlign and the sigmoid focal loss come from torchvision ({devices} kernels) '
+                             'through vit_plugin')
         return plan
 
     # ---- compiled
@@ -280,9 +310,10 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
                      if gpus else 'FORCE_CUDA=1')
         ways = ('Ways forward: (1) install a CUDA toolkit {major}.x (its nvcc) and point CUDA_HOME at it, or put its '
                 'bin/ on PATH, then run `MMCV_OPS=compiled make setup` again; (2) build the wheel where such an nvcc '
-                'exists (same torch and Python) and install it here with `MMCV_WHEEL=/path/to/mmcv-{mmcv}-{py}-*.whl '
+                'exists (same torch and Python) and install it here with `MMCV_WHEEL=/path/to/{prefix}-{mmcv}-{py}-*.whl '
                 'make setup`. Or leave MMCV_OPS unset: the default set-up compiles nothing and runs NMS and RoIAlign '
-                'on CUDA through torchvision.').format(major=torch_major, mmcv=mmcv_version, py=python_tag)
+                'on CUDA through torchvision.').format(major=torch_major, mmcv=mmcv_version, py=python_tag,
+                                                        prefix=spec['wheel'])
         if nvcc is None:
             where = (f"{env.get('CUDA_HOME') or env.get('CUDA_PATH')}/bin/nvcc" if env.get('CUDA_HOME') or
                      env.get('CUDA_PATH') else 'PATH or /usr/local/cuda')
@@ -314,7 +345,7 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
         plan.update(action='keep', wheel=record.get('wheel'))
         return plan
     cached = sorted(f for f in (os.listdir(plan['cache_dir']) if osp.isdir(plan['cache_dir']) else [])
-                    if f.startswith(f'mmcv-{mmcv_version}-{python_tag}-') and f.endswith('.whl'))
+                    if f.startswith(f"{spec['wheel']}-{mmcv_version}-{python_tag}-") and f.endswith('.whl'))
     if cached:
         plan.update(action='cached', wheel=osp.join(plan['cache_dir'], cached[0]))
     else:
@@ -322,19 +353,22 @@ def decide(env, probe, gpus, nvcc, record, cache, python_tag, mmcv_version):
     return plan
 
 
-def make_plan(venv, env=None, lock=LOCK):
+def make_plan(venv, env=None, lock=None):
     env = dict(os.environ if env is None else env)
+    stack = stack_name(env)
+    lock = lock or lock_path(stack)
     pins = read_lock(lock)
-    mmcv_version = pins.get('mmcv-lite') or pins.get('mmcv')
+    spec = STACKS[stack]
+    mmcv_version = pins.get(spec['lite']) or pins.get(spec['source'])
     if mmcv_version is None:
-        raise ValueError(f'{lock} pins neither mmcv-lite nor mmcv')
+        raise ValueError(f"{lock} pins neither {spec['lite']} nor {spec['source']}")
     probe = torch_probe(env, pins)
     cache = env.get('VIT_PLUGIN_CACHE') or osp.join(osp.expanduser('~'), '.cache', 'vit_plugin')
     python_tag = f'cp{sys.version_info[0]}{sys.version_info[1]}'
     wants_compiled = env.get('MMCV_OPS', '').strip().lower() == 'compiled' or venv_state(venv)
     gpus = visible_gpus(env) if wants_compiled else []
     nvcc = find_nvcc(env) if wants_compiled and (gpus or env.get('FORCE_CUDA') == '1') else None
-    plan = decide(env, probe, gpus, nvcc, venv_state(venv), cache, python_tag, mmcv_version)
+    plan = decide(env, probe, gpus, nvcc, venv_state(venv), cache, python_tag, mmcv_version, stack)
     plan['gpus'] = gpus
     plan['nvcc'] = nvcc
     plan['probe'] = probe
@@ -344,7 +378,7 @@ def make_plan(venv, env=None, lock=LOCK):
 # ----------------------------------------------------------------------------------------------- output
 def describe(plan):
     """The plan in words (``setup_env.sh --plan``)."""
-    lines = [f"mmcv: {plan['mode'] or '?'} -> {plan['action']}"]
+    lines = [f"mmcv ({plan.get('stack', 'classic')} stack): {plan['mode'] or '?'} -> {plan['action']}"]
     probe = plan.get('probe') or {}
     if probe:
         lines.append(f"torch {probe['torch']} ({'CUDA ' + probe['cuda'] if probe.get('cuda') else 'CPU-only'}; "
@@ -358,7 +392,7 @@ def describe(plan):
     if action == 'stop':
         lines.append('STOP: ' + plan['message'])
     elif action == 'lite':
-        lines.append(f"install mmcv-lite=={plan['mmcv']} (pure Python)")
+        lines.append(f"install {plan['lite_dist']}=={plan['mmcv']} (pure Python)")
     elif action == 'keep':
         lines.append(f"keep the installed compiled mmcv ({plan['key']})")
     elif action == 'cached':
@@ -367,7 +401,8 @@ def describe(plan):
         lines.append(f"install {plan['wheel']}")
     elif action == 'build':
         build_env = ' '.join(f'{k}={v}' for k, v in plan['build_env'].items())
-        lines.append(f"compile mmcv=={plan['mmcv']} ({build_env}), cache the wheel in {plan['cache_dir']}/, install it")
+        lines.append(f"compile {plan['source_dist']}=={plan['mmcv']} ({build_env}), cache the wheel in "
+                     f"{plan['cache_dir']}/, install it")
     lines.extend('note: ' + n for n in plan['notes'])
     return '\n'.join(lines)
 
@@ -376,6 +411,7 @@ def shell_assignments(plan):
     """``PLAN_*`` variables for ``eval`` in setup_env.sh."""
     values = dict(PLAN_MODE=plan['mode'] or '', PLAN_ACTION=plan['action'], PLAN_WHEEL=plan['wheel'] or '',
                   PLAN_CACHE_DIR=plan['cache_dir'] or '', PLAN_KEY=plan['key'] or '', PLAN_MMCV=plan['mmcv'],
+                  PLAN_LITE_DIST=plan['lite_dist'], PLAN_SOURCE_DIST=plan['source_dist'],
                   PLAN_MESSAGE=plan['message'],
                   PLAN_BUILD_ENV=' '.join(f'{k}={v}' for k, v in plan['build_env'].items()),
                   PLAN_RECORD=json.dumps(dict(mmcv=plan['mmcv'], torch=plan['torch'], cuda=plan['cuda'] or 'cpu',

@@ -1,0 +1,136 @@
+"""Which of the two supported stacks this environment holds, and what the first import needs from it.
+
+vit_plugin runs on either stack of OpenMMLab packages (docs/installation.md#two-stacks):
+
+- ``current``: the maintained forks (``onedl-mmengine``, ``onedl-mmcv``, ``onedl-mmpretrain``,
+  ``onedl-mmdetection``), installed under the upstream import names, on the newest torch and numpy 2;
+- ``classic``: the last upstream releases (``mmengine``, ``mmcv``/``mmcv-lite``, ``mmpretrain``, ``mmdet``) on
+  torch 2.9, the last torch that torch_xla supports.
+
+Standard library only until :func:`quiet_openmmlab_imports` runs, so that ``import vit_plugin`` in an
+environment with neither stack stops with one message that says how to install one.
+"""
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import io
+import shutil
+import subprocess
+import sys
+
+#: The distributions of each stack, by the import name they provide.
+DISTRIBUTIONS = {
+    'current': {'mmengine': 'onedl-mmengine', 'mmcv': 'onedl-mmcv', 'mmpretrain': 'onedl-mmpretrain',
+                'mmdet': 'onedl-mmdetection'},
+    'classic': {'mmengine': 'mmengine', 'mmcv': ('mmcv', 'mmcv-lite'), 'mmpretrain': 'mmpretrain', 'mmdet': 'mmdet'},
+}
+REQUIRED_MODULES = ('mmengine', 'mmcv', 'mmpretrain', 'mmdet')
+
+INSTALL_HINT = (
+    "install one stack: pip install 'vit_plugin[onedl]' (the maintained forks on the newest torch) or "
+    "pip install 'vit_plugin[openmmlab,lite]' (upstream releases, torch <= 2.9, torch_xla);\n"
+    'from a checkout: make setup, or STACK=classic make setup (docs/installation.md#two-stacks).')
+
+#: The oldest NVIDIA Linux driver each CUDA major version of PyPI's torch wheels runs on (CUDA minor-version
+#: compatibility: a driver of the major's first release runs every later minor release's wheels).
+MIN_DRIVER = {'12': '525.60.13', '13': '580.65.06'}
+
+#: Printed by onedl-mmdetection's and onedl-mmpretrain's dataset packages at import when the optional
+#: ``onedl`` data package is absent (through ``print_log(..., level=DEBUG)`` without a logger, which prints
+#: whatever the level). It says nothing about vit_plugin's set-up.
+ONEDL_IMPORT_NOTICES = ('Could not import OneDL. Skipping OneDL datasets.', 'Could not import OneDL')
+
+
+def _installed(name):
+    try:
+        importlib.metadata.distribution(name)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def stack_of_environment():
+    """``'current'``, ``'classic'``, ``'mixed'`` (distributions of both) or None (neither)."""
+    found = set()
+    for stack, dists in DISTRIBUTIONS.items():
+        for names in dists.values():
+            if any(_installed(name) for name in ((names,) if isinstance(names, str) else names)):
+                found.add(stack)
+    if len(found) > 1:
+        return 'mixed'
+    return found.pop() if found else None
+
+
+def require_openmmlab():
+    """Raises ImportError naming both ways to install when an OpenMMLab package vit_plugin needs is absent."""
+    missing = [name for name in REQUIRED_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"vit_plugin needs mmengine, mmcv, mmpretrain and mmdet; {', '.join(missing)} "
+                          f'{"is" if len(missing) == 1 else "are"} not installed. {INSTALL_HINT}')
+
+
+def quiet_openmmlab_imports():
+    """Imports mmdet's and mmpretrain's dataset packages with their OneDL notices removed from stdout.
+
+    Every other line they print passes through unchanged. Later imports of those packages are cached, so
+    this is the only place they can print it in a process that imports vit_plugin first.
+    """
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            importlib.import_module('mmpretrain.datasets')
+            importlib.import_module('mmdet.datasets')
+    finally:
+        kept = [line for line in buffer.getvalue().splitlines(keepends=True)
+                if line.strip() not in ONEDL_IMPORT_NOTICES]
+        sys.stdout.write(''.join(kept))
+
+
+def _nvidia_smi_gpus():
+    """``[(name, driver)]`` of the GPUs ``nvidia-smi`` lists; empty without it or without GPUs."""
+    if shutil.which('nvidia-smi') is None:
+        return []
+    try:
+        out = subprocess.run(['nvidia-smi', '--query-gpu=name,driver_version', '--format=csv,noheader'],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    return [tuple(part.strip() for part in line.split(',', 1)) for line in out.stdout.splitlines()
+            if ',' in line]
+
+
+def _version_key(version):
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split('.'))
+
+
+def describe_gpu_access(gpus=None):
+    """One line on whether torch can use this host's NVIDIA GPUs, or None when there are none.
+
+    Args:
+        gpus: ``[(name, driver version)]``; default: what ``nvidia-smi`` lists.
+    """
+    import torch
+    gpus = _nvidia_smi_gpus() if gpus is None else gpus
+    if not gpus:
+        return None
+    names = ', '.join(sorted({name for name, _ in gpus}))
+    drivers = ', '.join(sorted({driver for _, driver in gpus}))
+    cuda = torch.version.cuda
+    if torch.cuda.is_available():
+        return f'GPUs: {len(gpus)} x {names} (driver {drivers}), used by torch {torch.__version__} (CUDA {cuda})'
+    if cuda is None:
+        why = f'torch {torch.__version__} is a CPU-only build'
+    else:
+        need = MIN_DRIVER.get(cuda.split('.')[0])
+        oldest = min((driver for _, driver in gpus), key=_version_key)
+        if need and _version_key(oldest) < _version_key(need):
+            why = (f'torch {torch.__version__} is built for CUDA {cuda}, which needs NVIDIA driver >= {need}: '
+                   'update the driver')
+        else:
+            why = (f'torch {torch.__version__} (CUDA {cuda}) finds no usable device with this driver; check '
+                   'CUDA_VISIBLE_DEVICES and that the process can open /dev/nvidia*')
+    return (f'warning: this host has {len(gpus)} GPU(s) ({names}, driver {drivers}) that torch cannot use: '
+            f'{why} (docs/installation.md#gpus-and-drivers).')
