@@ -95,8 +95,10 @@ def sniff_checkpoint(filename: str) -> str:
         try:
             with zipfile.ZipFile(filename) as archive:
                 names = archive.namelist()
-        except zipfile.BadZipFile:
-            return 'torch'  # torch.load reports the truncated archive with its own words
+        except (zipfile.BadZipFile, OSError, EOFError):
+            # a truncated archive has lost the directory that tells the two apart: the name decides,
+            # and the reader of that format reports the truncation
+            return 'npz' if filename.lower().endswith('.npz') else 'torch'
         return 'npz' if names and all(n.endswith('.npy') for n in names) else 'torch'
     if head[:1] == b'\x80':
         return 'torch'

@@ -177,6 +177,9 @@ def read_checkpoint_file(filename: str, map_location: Optional[Any] = None) -> A
     except CheckpointFormatError as err:
         raise CheckpointFileError(str(err)) from None
     if kind == 'npz':
+        if '.npz' not in FORMAT_LOADERS:
+            raise CheckpointFileError(f'{filename!r} is an .npz archive (official JAX weights); its reader comes '
+                                      f'with vit_plugin.converters: import vit_plugin first.')
         return FORMAT_LOADERS['.npz'](filename, map_location)
     if kind == 'safetensors':
         return read_safetensors(filename, 'cpu' if map_location is None else map_location)
