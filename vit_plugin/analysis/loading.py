@@ -13,6 +13,7 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.utils import import_modules_from_strings
 
+from vit_plugin.checkpoint import is_checkpoint_path
 from vit_plugin.checkpoint.fit import CheckpointMismatchError, state_dict_of
 from vit_plugin.models import ViT
 
@@ -111,7 +112,7 @@ def load_model(config: str, checkpoint: Optional[str], device: str = 'cpu',
     model = MODELS.build(model_cfg)
     vit, prefix = find_vit(model)
     if checkpoint is not None:
-        if not osp.isfile(checkpoint):
+        if not is_checkpoint_path(checkpoint):
             raise FileNotFoundError(f'checkpoint file {checkpoint!r} does not exist')
         load_checkpoint_checked(model, checkpoint, prefix)
     else:

@@ -11,6 +11,10 @@ Examples::
     # timm weights -> ours, and ours -> timm
     python tools/convert_checkpoint.py timm_vit.pth ours.pth --src-format timm
     python tools/convert_checkpoint.py ours.pth timm_vit.pth --dst-format timm
+    # safetensors out; a transformers (google/vit-*) folder in or out
+    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16.safetensors
+    python tools/convert_checkpoint.py hf-hub:google/vit-base-patch16-224-in21k ours.safetensors
+    python tools/convert_checkpoint.py vit-b16.safetensors hf-vit-b16/ --dst-format transformers
     # the encoder of an mmpretrain MAE / MaskFeat training checkpoint (decoder, mask token, HOG dropped)
     python tools/convert_checkpoint.py work_dirs/mae/iter_800.pth mae-encoder.pth --src-format mmpretrain_mim
 
@@ -22,7 +26,7 @@ import argparse
 import sys
 
 
-from vit_plugin.checkpoint import CheckpointError
+from vit_plugin.checkpoint import CheckpointError, CheckpointFormatError, HubCheckpointError
 from vit_plugin.converters import ConversionError
 from vit_plugin.converters.files import DST_FORMATS, SRC_FORMATS, convert_checkpoint_file
 from vit_plugin.models.pos_embed import RESIZE_MODES
@@ -31,14 +35,19 @@ from vit_plugin.models.pos_embed import RESIZE_MODES
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('src', help='source checkpoint (.npz: official JAX; .pth/.pt/.bin: PyTorch)')
-    parser.add_argument('dst', help='output .pth (written atomically)')
+    parser.add_argument('src', help='source checkpoint: a file (official JAX .npz, PyTorch, safetensors; told by '
+                                    'its content), a model folder (config.json + model.safetensors) or '
+                                    'hf-hub:<org>/<name>[@revision]')
+    parser.add_argument('dst', help='output .pth, or .safetensors (written atomically); with --dst-format '
+                                    'transformers, a folder (model.safetensors + config.json)')
     parser.add_argument('--src-format', default='auto', choices=SRC_FORMATS,
-                        help='source layout (mmpretrain_mim: an MAE/MaskFeat training checkpoint); auto: .npz -> '
+                        help='source layout (mmpretrain_mim: an MAE/MaskFeat training checkpoint); auto: npz content -> '
                              'jax, otherwise detected from the key names')
     parser.add_argument('--dst-format', default='vit_plugin', choices=DST_FORMATS,
                         help='output layout (default: ours, backbone.* + head.layers.*)')
     parser.add_argument('--arch', help='fail unless the weights are of this ViT arch (ti, s, b, l, h, ...)')
+    parser.add_argument('--num-heads', type=int,
+                        help='--dst-format transformers: attention heads, when neither --arch nor the source says')
     parser.add_argument('--backbone-only', action='store_true',
                         help='write bare backbone keys (for init_cfg without prefix); the head is dropped')
     parser.add_argument('--num-classes', type=int,
@@ -79,8 +88,10 @@ def main(argv=None) -> int:
             args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format, arch=args.arch,
             backbone_only=args.backbone_only, num_classes=args.num_classes, keep_pre_logits=args.keep_pre_logits,
             img_size=img_size, patch_size=patch_size, pos_embed_grid=args.pos_embed_grid, pos_embed_mode=args.pos_embed_mode,
-            allow_unknown=args.allow_unknown, allow_missing=args.allow_missing, show_progress=not args.no_progress)
-    except (ConversionError, CheckpointError, FileNotFoundError, ValueError) as err:
+            allow_unknown=args.allow_unknown, allow_missing=args.allow_missing, show_progress=not args.no_progress,
+            num_heads=args.num_heads)
+    except (ConversionError, CheckpointError, CheckpointFormatError, HubCheckpointError, FileNotFoundError,
+            ValueError) as err:
         print(f'error: {err}', file=sys.stderr)
         print(f'nothing was written to {args.dst}', file=sys.stderr)
         return 1

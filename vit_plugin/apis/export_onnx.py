@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from vit_plugin.checkpoint import CheckpointMismatchError
+from vit_plugin.checkpoint import CheckpointError, CheckpointMismatchError, is_checkpoint_path
 from vit_plugin.deploy import compile_for_inference
 from vit_plugin.export import (ExportWrapper, build_model, export_onnx, export_program, normalization_of,
                                sample_images)
@@ -55,8 +55,8 @@ def build(args):
     from mmengine.config import Config
 
     random = args.checkpoint == 'random'
-    if not random and not osp.isfile(args.checkpoint):
-        raise SystemExit(f'{args.checkpoint}: no such checkpoint file.')
+    if not random and not is_checkpoint_path(args.checkpoint):
+        raise SystemExit(f'{args.checkpoint}: no such checkpoint file or folder.')
     cfg = Config.fromfile(args.config)
     if args.img_size:
         cfg.model.backbone.img_size = args.img_size
@@ -66,7 +66,7 @@ def build(args):
         model = build_model(cfg, None if random else args.checkpoint,
                             backbone_only=args.backbone_only or args.part == 'backbone',
                             option='--part backbone (export the backbone alone) or --backbone-only')
-    except CheckpointMismatchError as err:
+    except (CheckpointMismatchError, CheckpointError) as err:
         raise SystemExit(f'ERROR: {err}') from None
     if random:  # for timing only: the config's initialisation, no checkpoint
         print('CHECKPOINT is "random": the weights are the config\'s initialisation (for benchmarks).')
@@ -120,7 +120,10 @@ def main(argv=None):
     wrapper = ExportWrapper(model, mean, std, part=args.part).eval()
     if args.out is None and args.checkpoint == 'random':
         raise SystemExit('give --out with CHECKPOINT random')
-    out = args.out or osp.splitext(args.checkpoint)[0] + ('' if args.part == 'classifier' else '_backbone') + '.onnx'
+    # a hub id or a model folder has no file name to put the output next to: the working directory gets it
+    stem = (args.checkpoint.split('/')[-1].split('@')[0] if args.checkpoint.startswith('hf-hub:')
+            else osp.splitext(args.checkpoint.rstrip('/'))[0])
+    out = args.out or stem + ('' if args.part == 'classifier' else '_backbone') + '.onnx'
     classes = (getattr(model, '_dataset_meta', None) or {}).get('classes')  # set by mmpretrain's get_model
     meta = dict(config=osp.basename(args.config), checkpoint=osp.basename(args.checkpoint), part=args.part)
     if classes:

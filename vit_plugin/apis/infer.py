@@ -25,7 +25,7 @@ import os
 import os.path as osp
 from typing import Dict, List
 
-from vit_plugin.checkpoint import CheckpointMismatchError
+from vit_plugin.checkpoint import CheckpointError, CheckpointMismatchError, is_checkpoint_path
 from vit_plugin.datasets import ImageDecodeError
 from vit_plugin.inference import build_classification_inferencer
 from vit_plugin.models import check_input_normalization
@@ -126,8 +126,8 @@ def main(argv=None):
     from mmengine.config import Config
 
     images = collect_images(args.inputs)
-    if not osp.isfile(args.checkpoint):
-        raise SystemExit(f'{args.checkpoint}: no such checkpoint file.')
+    if not is_checkpoint_path(args.checkpoint):
+        raise SystemExit(f'{args.checkpoint}: no such checkpoint file or folder.')
     cfg = Config.fromfile(args.config)
     if args.device is None:
         import torch
@@ -135,7 +135,7 @@ def main(argv=None):
     run = detect if task_of(cfg) == 'detection' else classify
     try:
         results = run(cfg, args, images)
-    except (CheckpointMismatchError, ImageDecodeError) as err:  # the message says what and what to do
+    except (CheckpointMismatchError, CheckpointError, ImageDecodeError) as err:  # the message says what and what to do
         raise SystemExit(f'ERROR: {err}') from None
     if args.out:
         with open(args.out, 'w') as f:

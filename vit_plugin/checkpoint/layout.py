@@ -14,6 +14,9 @@ here, not a list that may grow elsewhere, so that a file written today decodes t
   approximation of the official Flax model (exact GELU, PyTorch's default, needs no record).
 * :data:`NORM_KEY` -- the input normalisation the weights were trained with, a (2, 3) float tensor
   ``[mean, std]`` in 0..255 pixel units (the official weights: 127.5 and 127.5, inputs in [-1, 1]).
+* :data:`NORM_EPS_KEY` -- the LayerNorm epsilon the weights were trained with, a 0-dim float64
+  tensor, recorded when it is known to differ from the model's own (``transformers`` ports: 1e-12,
+  where the official model has 1e-6).
 """
 import re
 from typing import Dict, Optional, Sequence, Set, Tuple
@@ -32,8 +35,10 @@ NORM_KEY = 'input_normalization'
 #: What the official JAX weights expect: ``(x - 127.5) / 127.5`` maps 0..255 pixels to [-1, 1].
 OFFICIAL_INPUT_NORM = ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5))
 
+NORM_EPS_KEY = 'layer_norm_eps'
+
 #: Keys relative to the backbone that hold records, not weights.
-RECORD_KEYS = (MODE_KEY, GELU_KEY, NORM_KEY)
+RECORD_KEYS = (MODE_KEY, GELU_KEY, NORM_KEY, NORM_EPS_KEY)
 
 
 def _encode(value: str, table: Sequence[str], key: str) -> torch.Tensor:
@@ -88,6 +93,24 @@ def decode_input_norm(value, key: str = NORM_KEY) -> Tuple[Tuple[float, ...], Tu
                          'was written by a newer version or edited by hand. Delete the key to skip the check.')
     mean, std = value.double().tolist()
     return tuple(round(v, 4) for v in mean), tuple(round(v, 4) for v in std)
+
+
+def encode_norm_eps(eps: float) -> torch.Tensor:
+    """The tensor stored under :data:`NORM_EPS_KEY` for a LayerNorm epsilon."""
+    eps = float(eps)
+    if not 0 < eps < 1:
+        raise ValueError(f'{NORM_EPS_KEY}: cannot record {eps!r}; a LayerNorm epsilon is in (0, 1)')
+    return torch.tensor(eps, dtype=torch.float64)
+
+
+def decode_norm_eps(value, key: str = NORM_EPS_KEY) -> float:
+    """Inverse of :func:`encode_norm_eps`; a clear error for anything else."""
+    eps = float(value) if torch.is_tensor(value) and value.numel() == 1 and value.is_floating_point() else -1.0
+    if not 0 < eps < 1:
+        raise ValueError(f'{key}: expected a scalar LayerNorm epsilon in (0, 1), got {value!r}; the file was '
+                         f'written by a newer version or edited by hand. Delete the key to use the model\'s own '
+                         f'setting.')
+    return eps
 
 
 def resize_mode_for(state_dict: Dict[str, torch.Tensor], prefix: str, fallback: str,

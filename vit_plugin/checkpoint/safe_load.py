@@ -16,7 +16,14 @@ What the replacement does:
   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` switch, while a file that pickles code is refused before
   anything in it runs. A user who trusts a specific file that needs full unpickling opts in for that
   file only by listing its path in ``VIT_PLUGIN_TRUSTED_CHECKPOINTS`` (``os.pathsep``-separated).
-* Files of a registered format (``.npz``: official JAX checkpoints) are read by their converter.
+* The format is told by the file's content (:mod:`vit_plugin.checkpoint.formats`): safetensors files
+  are read with ``safetensors`` (which cannot execute code), PyTorch files as above, ``.npz`` files
+  (official JAX checkpoints) by their registered converter. A folder with ``config.json`` and
+  ``model.safetensors`` (or ``pytorch_model.bin``), such as a Hugging Face snapshot, is read through
+  its weights file, and ``hf-hub:<org>/<name>[@revision]`` through the Hugging Face cache
+  (:mod:`vit_plugin.checkpoint.hub`). Anything else is refused with what the file looked like.
+* Registered state-dict adapters (:func:`register_state_dict_adapter`; the ``transformers`` layout,
+  registered by :mod:`vit_plugin.converters`) turn third-party layouts into ours as they load.
 * A URL is downloaded once into ``<torch hub dir>/checkpoints/vit_plugin/<hash of the URL>/<file
   name>``: the cache is keyed by the whole URL, so two URLs ending in the same file name never share
   an entry. A file name of the form ``name-<hex>.ext`` promises that the file's SHA-256 starts with
@@ -28,7 +35,7 @@ import os
 import os.path as osp
 import pickle
 import zipfile
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import urlparse
 
 import numpy as np
@@ -37,11 +44,18 @@ from mmengine.dist import get_dist_info
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
+from .formats import CheckpointFormatError, folder_weights, read_safetensors, sniff_checkpoint
+from .hub import HUB_PREFIX, HubCheckpointError, resolve_hub_checkpoint
+
 TRUST_ENV = 'VIT_PLUGIN_TRUSTED_CHECKPOINTS'
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be loaded; the message says which file, why and what to do."""
+
+
+class CheckpointFileError(CheckpointError, CheckpointFormatError, HubCheckpointError):
+    """A path that is no checkpoint in an accepted format, a truncated file, or an unresolvable hub id."""
 
 
 class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
@@ -131,12 +145,80 @@ def register_checkpoint_format(suffix: str, loader: Callable[[str, Any], Any]) -
     FORMAT_LOADERS[suffix.lower()] = loader
 
 
+#: Functions ``(checkpoint, weights_file, config_file or None) -> checkpoint`` applied to every
+#: checkpoint read from a local path, in order of registration; each returns its input unchanged
+#: unless it recognises the layout (e.g. ``transformers``' ViT, converted to ours).
+STATE_DICT_ADAPTERS: List[Callable[[Any, str, Optional[str]], Any]] = []
+
+
+def register_state_dict_adapter(adapter: Callable[[Any, str, Optional[str]], Any]) -> None:
+    """Let ``init_cfg``/``load_from``/``--resume`` turn a third-party layout into ours as it loads."""
+    if adapter not in STATE_DICT_ADAPTERS:
+        STATE_DICT_ADAPTERS.append(adapter)
+
+
+def read_checkpoint_file(filename: str, map_location: Optional[Any] = None) -> Any:
+    """A local checkpoint file or model folder, as stored (no adapter applied), its format told by
+    its content.
+
+    Raises:
+        FileNotFoundError: no such file or folder.
+        CheckpointFileError: not a checkpoint in an accepted format, or truncated.
+        UnsafeCheckpointError: a PyTorch file that pickles code.
+    """
+    filename = osp.expanduser(filename)
+    if osp.isdir(filename):
+        try:
+            filename, _ = folder_weights(filename)
+        except CheckpointFormatError as err:
+            raise CheckpointFileError(str(err)) from None
+    try:
+        kind = sniff_checkpoint(filename)
+    except CheckpointFormatError as err:
+        raise CheckpointFileError(str(err)) from None
+    if kind == 'npz':
+        if '.npz' not in FORMAT_LOADERS:
+            raise CheckpointFileError(f'{filename!r} is an .npz archive (official JAX weights); its reader comes '
+                                      f'with vit_plugin.converters: import vit_plugin first.')
+        return FORMAT_LOADERS['.npz'](filename, map_location)
+    if kind == 'safetensors':
+        return read_safetensors(filename, 'cpu' if map_location is None else map_location)
+    return safe_torch_load(filename, 'cpu' if map_location is None else map_location)
+
+
 def load_local_checkpoint(filename: str, map_location: Optional[Any] = None) -> Any:
-    """mmengine checkpoint-loader scheme for local paths (replaces mmengine's unsafe default)."""
-    for suffix, loader in FORMAT_LOADERS.items():
-        if filename.lower().endswith(suffix):
-            return loader(filename, map_location)
-    return safe_torch_load(filename, map_location)
+    """mmengine checkpoint-loader scheme for local paths (replaces mmengine's unsafe default): any
+    accepted format (told by content), a model folder, with third-party layouts adapted to ours."""
+    weights, config = filename, None
+    if osp.isdir(osp.expanduser(filename)):
+        try:
+            weights, config = folder_weights(osp.expanduser(filename))
+        except CheckpointFormatError as err:
+            raise CheckpointFileError(str(err)) from None
+    elif osp.isfile(osp.join(osp.dirname(osp.abspath(osp.expanduser(filename))), 'config.json')):
+        config = osp.join(osp.dirname(osp.abspath(osp.expanduser(filename))), 'config.json')
+    for suffix, loader in FORMAT_LOADERS.items():  # a loader of its own for a suffix (e.g. '.npz')
+        if weights.lower().endswith(suffix):
+            return loader(weights, map_location)
+    checkpoint = read_checkpoint_file(weights, map_location)
+    for adapter in STATE_DICT_ADAPTERS:
+        checkpoint = adapter(checkpoint, weights, config)
+    return checkpoint
+
+
+def load_hub_checkpoint(path: str, map_location: Optional[Any] = None) -> Any:
+    """mmengine checkpoint-loader scheme for ``hf-hub:<org>/<name>[@revision]``: resolved to the
+    snapshot folder of the Hugging Face cache (downloaded when online), then loaded like a folder."""
+    try:
+        folder = resolve_hub_checkpoint(path)
+    except HubCheckpointError as err:
+        raise CheckpointFileError(str(err)) from None
+    return load_local_checkpoint(folder, map_location)
+
+
+def is_checkpoint_path(path: str) -> bool:
+    """Whether ``path`` names something a loader above may read: a file, a folder or a hub id."""
+    return path.startswith(HUB_PREFIX) or osp.exists(osp.expanduser(path)) or '://' in path
 
 
 def url_cache_path(url: str, model_dir: Optional[str] = None) -> str:
@@ -198,3 +280,4 @@ def install() -> None:
     (idempotent; called when ``vit_plugin`` is imported, see the module docstring)."""
     CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)
     CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_url_checkpoint, force=True)
+    CheckpointLoader.register_scheme(prefixes=HUB_PREFIX, loader=load_hub_checkpoint, force=True)

@@ -2,17 +2,24 @@
 
 Importing this package lets ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B_16.npz',
 prefix='backbone.')`` and ``load_from='ViT-B_16.npz'`` read official JAX checkpoints directly
-(see :func:`~vit_plugin.converters.jax_npz.load_official_npz`).
+(see :func:`~vit_plugin.converters.jax_npz.load_official_npz`), and ``transformers`` ViT checkpoints
+(``google/vit-*``, with their ``config.json``) load as ours
+(see :func:`~vit_plugin.converters.transformers_vit.adapt_transformers_checkpoint`).
 """
-from ..checkpoint import register_checkpoint_format
+from ..checkpoint import register_checkpoint_format, register_state_dict_adapter
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport
 from .jax_npz import convert_jax_vit, inspect_jax_vit, load_official_npz, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
 from .transfer import finetune_transfer
+from .transformers_vit import (adapt_transformers_checkpoint, is_transformers_vit, read_transformers_config,
+                               transformers_to_vit, vit_to_transformers)
 
 register_checkpoint_format('.npz', load_official_npz)
+register_state_dict_adapter(adapt_transformers_checkpoint)
 
 __all__ = ['BACKBONE_PREFIX', 'HEAD_PREFIX', 'ConversionError', 'ConversionReport', 'convert_jax_vit',
+           'adapt_transformers_checkpoint', 'is_transformers_vit', 'read_transformers_config', 'transformers_to_vit',
+           'vit_to_transformers',
            'detect_torch_format', 'finetune_transfer', 'inspect_jax_vit', 'load_official_npz',
            'mmpretrain_mim_to_vit', 'mmpretrain_to_vit', 'read_npz', 'timm_to_vit', 'vit_to_mmpretrain', 'vit_to_timm']

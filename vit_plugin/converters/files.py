@@ -7,7 +7,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from ..checkpoint import safe_torch_load
+from ..checkpoint import read_checkpoint_file, sniff_checkpoint, write_safetensors
+from ..checkpoint.formats import folder_weights
+from ..checkpoint.hub import HUB_PREFIX, resolve_hub_checkpoint
 from ..checkpoint.layout import MODE_KEY, encode_resize_mode, resize_mode_for
 from ..models.backbones.vit_arch import VIT_ARCHS
 from ..models.layers import swiglu_hidden_dims
@@ -18,9 +20,13 @@ from .jax_npz import convert_jax_vit, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
 from .transfer import finetune_transfer
+from .transformers_vit import is_transformers_vit, read_transformers_config, transformers_to_vit, vit_to_transformers
 
-SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'mmpretrain_mim', 'vit_plugin')
-DST_FORMATS = ('vit_plugin', 'timm', 'mmpretrain')
+SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'mmpretrain_mim', 'vit_plugin', 'transformers')
+DST_FORMATS = ('vit_plugin', 'timm', 'mmpretrain', 'transformers')
+
+#: Output files ending in this are written as safetensors (no pickle), with ``meta`` as JSON metadata.
+SAFETENSORS_SUFFIX = '.safetensors'
 
 
 def _torch_arch(state_dict: Dict[str, torch.Tensor], bp: str) -> Dict[str, Any]:
@@ -103,13 +109,33 @@ def _read_jax(src: str, pos_embed_grid, show_progress: bool) -> _Source:
     return _Source(state_dict, report, found, meta, reduction=info['reduction'])
 
 
-def _read_torch(src: str, src_format: str, pos_embed_grid) -> _Source:
-    raw = unwrap_state_dict(safe_torch_load(src), source=src)
+def _read_transformers(src: str, raw, config_file: Optional[str]) -> _Source:
+    config = read_transformers_config(config_file) if config_file else None
+    state_dict, report, info = transformers_to_vit(raw, config, source=src)
+    if config is None:
+        report.notes.append('no transformers config.json next to the weights: LayerNorm eps and GELU are unknown '
+                            'and not recorded (transformers\' default: eps 1e-12, exact GELU)')
+    found = _torch_arch(state_dict, BACKBONE_PREFIX)
+    meta = dict(source=osp.basename(src), source_format='transformers')
+    if info['model_cfg']:
+        meta['model_cfg'] = info['model_cfg']
+        found['num_heads'] = info['model_cfg']['arch']['num_heads']
+    if info['classes']:
+        meta['dataset_meta'] = dict(classes=info['classes'])
+    return _Source(state_dict, report, found, meta)
+
+
+def _read_torch(src: str, src_format: str, pos_embed_grid, config_file: Optional[str] = None) -> _Source:
+    loaded = read_checkpoint_file(src)
+    raw = unwrap_state_dict(loaded, source=src)
+    stored_meta = loaded.get('meta') if isinstance(loaded.get('meta'), dict) else {}
     if src_format == 'torch':
         try:
-            src_format = detect_torch_format(raw)
+            src_format = 'transformers' if is_transformers_vit(raw) else detect_torch_format(raw)
         except ValueError as err:
             raise ConversionError(f'{src}: {err}') from None
+    if src_format == 'transformers':
+        return _read_transformers(src, raw, config_file)
     if src_format == 'timm':
         state_dict, report = timm_to_vit(raw, pos_embed_grid=pos_embed_grid, source=src)
     elif src_format == 'mmpretrain':
@@ -121,8 +147,20 @@ def _read_torch(src: str, src_format: str, pos_embed_grid) -> _Source:
         if not any(k.startswith(BACKBONE_PREFIX) for k in raw):
             raw = {BACKBONE_PREFIX + k: v for k, v in raw.items()}
         state_dict, report = raw, ConversionReport(source=src, loaded=list(raw))
-    return _Source(state_dict, report, _torch_arch(state_dict, BACKBONE_PREFIX),
-                   dict(source=osp.basename(src), source_format=src_format))
+    meta = dict(source=osp.basename(src), source_format=src_format)
+    meta.update({k: v for k, v in stored_meta.items() if k in ('model_cfg', 'dataset_meta', 'num_classes')})
+    return _Source(state_dict, report, _torch_arch(state_dict, BACKBONE_PREFIX), meta)
+
+
+def resolve_source(src: str) -> Tuple[str, Optional[str]]:
+    """(weights file, config.json or None) of a checkpoint path: a file, a model folder (a Hugging
+    Face snapshot) or ``hf-hub:<org>/<name>[@revision]``."""
+    if src.startswith(HUB_PREFIX):
+        src = resolve_hub_checkpoint(src)
+    if osp.isdir(src):
+        return folder_weights(src)
+    config = osp.join(osp.dirname(osp.abspath(src)), 'config.json')
+    return src, config if osp.isfile(config) else None
 
 
 def _change_patch_size(source: _Source, patch_size, img_size):
@@ -159,6 +197,38 @@ def _backbone_only(state_dict: Dict[str, torch.Tensor], report: ConversionReport
     return out
 
 
+def _num_heads(source: _Source, arch: Optional[str], num_heads: Optional[int]) -> int:
+    """Attention heads for a transformers config: given, from --arch, or from the source's config."""
+    if num_heads is not None:
+        return int(num_heads)
+    if arch:
+        return int(VIT_ARCHS[arch.lower()]['num_heads'])
+    cfg_arch = source.meta.get('model_cfg', {}).get('arch')
+    if isinstance(cfg_arch, dict) and 'num_heads' in cfg_arch:
+        return int(cfg_arch['num_heads'])
+    if isinstance(cfg_arch, str) and cfg_arch.lower() in VIT_ARCHS:
+        return int(VIT_ARCHS[cfg_arch.lower()]['num_heads'])
+    raise ConversionError(f'{source.report.source}: transformers\' config.json needs the number of attention heads, '
+                          f'which the weights do not say; pass --arch (e.g. b) or --num-heads.')
+
+
+def write_transformers_folder(state_dict: Dict[str, torch.Tensor], config: Dict[str, Any], dst: str) -> None:
+    """``model.safetensors`` and ``config.json`` into the folder ``dst`` (what ``from_pretrained`` reads),
+    each written to a temporary file and renamed into place."""
+    import json
+    os.makedirs(dst, exist_ok=True)
+    write_safetensors(state_dict, osp.join(dst, 'model.safetensors'))
+    fd, tmp = tempfile.mkstemp(prefix='.config.json.', suffix='.partial', dir=dst)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            json.dump(config, f, indent=2)
+        os.replace(tmp, osp.join(dst, 'config.json'))
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def _export(state_dict: Dict[str, torch.Tensor], dst_format: str, bp: str, src: str,
             report: ConversionReport) -> Dict[str, torch.Tensor]:
     """Our layout -> ``dst_format``'s, refusing a conversion that would lose weights."""
@@ -189,23 +259,30 @@ def convert_checkpoint_file(src: str,
                             pos_embed_mode: Optional[str] = None,
                             allow_unknown: bool = False,
                             allow_missing: bool = False,
-                            show_progress: bool = True) -> Tuple[ConversionReport, Dict[str, Any]]:
+                            show_progress: bool = True,
+                            num_heads: Optional[int] = None) -> Tuple[ConversionReport, Dict[str, Any]]:
     """Convert ``src`` to ``dst`` (see ``tools/convert_checkpoint.py --help`` for the options).
 
-    Everything is checked before anything is written, and ``dst`` is written to a temporary file in
-    the same directory and renamed into place, so a failure never leaves a partial ``dst``.
+    ``src`` is a file of any accepted format (told by its content), a model folder or an ``hf-hub:``
+    id. ``dst`` ending in ``.safetensors`` is written as safetensors (``meta`` as JSON metadata);
+    ``dst_format='transformers'`` writes the folder ``dst`` with ``model.safetensors`` and
+    ``config.json``. Everything is checked before anything is written, and each file is written to a
+    temporary file in the same directory and renamed into place, so a failure never leaves a
+    partial ``dst``.
 
     Returns:
         tuple: (:class:`ConversionReport`, meta dict stored with the weights, incl. ``model_cfg``).
     """
-    if osp.realpath(src) == osp.realpath(dst):
-        raise ConversionError(f'refusing to overwrite the source {src!r}; choose another DST')
     if src_format not in SRC_FORMATS or dst_format not in DST_FORMATS:
         raise ConversionError(f'--src-format must be one of {SRC_FORMATS} and --dst-format one of {DST_FORMATS}')
+    src, config_file = resolve_source(src)
+    if osp.realpath(src) == osp.realpath(dst) or (
+            dst_format == 'transformers' and osp.realpath(osp.dirname(osp.abspath(src))) == osp.realpath(dst)):
+        raise ConversionError(f'refusing to overwrite the source {src!r}; choose another DST')
     if src_format == 'auto':
-        src_format = 'jax' if src.lower().endswith('.npz') else 'torch'
+        src_format = 'jax' if sniff_checkpoint(src) == 'npz' else 'torch'
     source = (_read_jax(src, pos_embed_grid, show_progress) if src_format == 'jax' else
-              _read_torch(src, src_format, pos_embed_grid))
+              _read_torch(src, src_format, pos_embed_grid, config_file))
     state_dict, report, meta, bp = source.state_dict, source.report, source.meta, BACKBONE_PREFIX
     if arch:
         check_arch(arch, source.found, src)
@@ -228,9 +305,23 @@ def convert_checkpoint_file(src: str,
             meta['num_classes'] = num_classes
     if backbone_only:
         state_dict, bp = _backbone_only(state_dict, report), ''
+    if dst_format == 'transformers':
+        heads = _num_heads(source, arch, num_heads)
+        classes = meta.get('dataset_meta', {}).get('classes') if num_classes is None else None
+        state_dict, hf_config, export = vit_to_transformers(state_dict, heads, classes=classes,
+                                                            backbone_prefix=bp or BACKBONE_PREFIX, source=src)
+        export.check(hint='transformers\' ViT has no place for these weights.')
+        report.dropped += export.dropped
+        report.notes += export.notes
+        report.loaded = sorted(state_dict)
+        write_transformers_folder(state_dict, hf_config, dst)
+        return report, meta
     state_dict = _export(state_dict, dst_format, bp, src, report)
     report.loaded = sorted(state_dict)
-    atomic_torch_save(state_dict if dst_format == 'timm' else dict(state_dict=state_dict, meta=meta), dst)
+    if dst.lower().endswith(SAFETENSORS_SUFFIX):
+        write_safetensors(state_dict, dst, meta=None if dst_format == 'timm' else meta)
+    else:
+        atomic_torch_save(state_dict if dst_format == 'timm' else dict(state_dict=state_dict, meta=meta), dst)
     return report, meta
 
 

@@ -20,6 +20,9 @@ What it does, for the keys under ``prefix``:
 * ``gelu_approximate`` (recorded with weights trained with the tanh GELU, e.g. the official ones) is
   consumed and sets the model's MLP GELU to it, logged as a warning when that changes the model; the
   model records it again when saved (:func:`record_gelu`);
+* ``layer_norm_eps`` (recorded with weights whose LayerNorms used another epsilon, e.g. 1e-12 of
+  ``transformers`` ports) is consumed and sets every LayerNorm of the backbone to it, logged as a
+  warning when that changes the model; recorded again when saved (:func:`record_norm_eps`);
 * ``pos_embed`` is resized to the model's patch grid. The source grid comes from the incoming
   ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
   tables only; a non-square table without metadata is an error asking for the grid);
@@ -46,8 +49,9 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from vit_plugin.checkpoint.layout import (GELU_KEY, NORM_KEY, decode_gelu, decode_input_norm, encode_gelu,
-                                         encode_input_norm, mmpretrain_to_ours_key, resize_mode_for)
+from vit_plugin.checkpoint.layout import (GELU_KEY, NORM_EPS_KEY, NORM_KEY, decode_gelu, decode_input_norm,
+                                         decode_norm_eps, encode_gelu, encode_input_norm, encode_norm_eps,
+                                         mmpretrain_to_ours_key, resize_mode_for)
 from .patch_resize import resize_patch_embed
 from .pos_embed import infer_grid, resize_pos_embed
 from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table
@@ -159,6 +163,42 @@ def _apply_recorded_gelu(model, state_dict, prefix) -> None:
               f'runs {approximate!r} in all {len(gelus)} MLPs, so it computes the function the weights were '
               f"trained for. To keep the model's own GELU, delete the key {GELU_KEY!r} from the state dict.",
               logger='current', level=logging.WARNING)
+
+
+def _layer_norms(model) -> List[nn.LayerNorm]:
+    return [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+
+
+def record_norm_eps(model, state_dict, prefix, local_metadata) -> None:
+    """State-dict post-hook of the backbone: keep a LayerNorm epsilon that a checkpoint set (see
+    :func:`_apply_recorded_norm_eps`) with the weights, so that later loads run the same function."""
+    eps = getattr(model, 'recorded_norm_eps', None)
+    if eps is not None:
+        state_dict[prefix + NORM_EPS_KEY] = encode_norm_eps(eps)
+
+
+def _apply_recorded_norm_eps(model, state_dict, prefix) -> None:
+    """Run the LayerNorm epsilon the weights were trained with (consumes the record).
+
+    The ``transformers`` ports of the paper's weights use 1e-12 where the official model uses 1e-6;
+    only their own epsilon reproduces their outputs, so the record wins over the config, as the GELU
+    record does, with a warning that names both values.
+    """
+    recorded = state_dict.pop(prefix + NORM_EPS_KEY, None)
+    if recorded is None:
+        return
+    eps = decode_norm_eps(recorded, prefix + NORM_EPS_KEY)
+    model.recorded_norm_eps = eps
+    norms = _layer_norms(model)
+    built = sorted({norm.eps for norm in norms})
+    if built == [eps]:
+        return
+    for norm in norms:
+        norm.eps = eps
+    print_log(f'{prefix}{NORM_EPS_KEY}: the checkpoint records that its weights were trained with LayerNorm '
+              f'eps={eps:g}; this {type(model).__name__} was built with eps={", ".join(f"{e:g}" for e in built)} '
+              f'and now runs eps={eps:g} in all {len(norms)} LayerNorms. To keep the model\'s own eps, delete the '
+              f'key {NORM_EPS_KEY!r} from the state dict.', logger='current', level=logging.WARNING)
 
 
 def record_input_norm(model, state_dict, prefix, local_metadata) -> None:
@@ -323,6 +363,7 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
     messages = [m for m in (_take_backbone_part(model, state_dict, prefix),
                             _rename_mmpretrain_keys(state_dict, prefix)) if m]
     _apply_recorded_gelu(model, state_dict, prefix)
+    _apply_recorded_norm_eps(model, state_dict, prefix)
     _apply_recorded_input_norm(model, state_dict, prefix)
     mode, mode_source = resize_mode_for(state_dict, prefix, model.pos_embed_load_mode, consume=True,
                                         fallback_name="the model's pos_embed_load_mode")

@@ -9,7 +9,7 @@ from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
 from ..layers import EncoderBlock, PatchEmbed, lecun_normal_, pad_to_patch_multiple
-from ..load_adapt import adapt_vit_state_dict, record_gelu, record_input_norm
+from ..load_adapt import adapt_vit_state_dict, record_gelu, record_input_norm, record_norm_eps
 from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed
 from ..rel_pos import REL_POS_PARAM_SUFFIXES
 from .vit_arch import VIT_ARCHS, parse_arch
@@ -236,6 +236,9 @@ class ViT(BaseModule):
         weights must be run (tanh GELU) and fed (input normalisation, when a checkpoint told us)."""
         self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
+        # The LayerNorm epsilon a checkpoint set (e.g. 1e-12 of transformers ports), saved again.
+        self.recorded_norm_eps = None
+        self.register_state_dict_post_hook(record_norm_eps)
         # The input normalisation the loaded weights were trained with ((mean, std) in 0..255 units),
         # when a checkpoint records it; saved with the weights again.
         self.expected_input_norm = None
