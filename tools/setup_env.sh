@@ -112,9 +112,16 @@ if stack == 'classic':
 for name in modules:
     importlib.import_module(name)
 import numpy, torch
-versions = ', '.join(f'{name} {metadata.version(name)}' for name in (
-    ('torch_xla', 'mmengine', 'mmcv', 'mmpretrain', 'mmdet') if stack == 'classic' else
-    ('onedl-mmengine', 'onedl-mmcv', 'onedl-mmpretrain', 'onedl-mmdetection')))
+def installed(*names):
+    for name in names:
+        try:
+            return f'{name} {metadata.version(name)}'
+        except metadata.PackageNotFoundError:
+            pass
+    return f'{names[0]} (no distribution)'
+versions = ', '.join(installed(*names) for names in (
+    (('torch_xla',), ('mmengine',), ('mmcv', 'mmcv-lite'), ('mmpretrain',), ('mmdet',)) if stack == 'classic' else
+    (('onedl-mmengine',), ('onedl-mmcv',), ('onedl-mmpretrain',), ('onedl-mmdetection',))))
 print(f'[setup] ok: the {stack} stack: Python {sys.version.split()[0]}, torch {torch.__version__}, '
       f'numpy {numpy.__version__}, {versions}')
 print(f'[setup] mmcv ops: {source}')
