@@ -25,6 +25,7 @@ import time
 
 import torch
 
+from vit_plugin.compat import mmpretrain as mmpretrain_compat
 from vit_plugin.checkpoint import CheckpointMismatchError
 from vit_plugin.deploy import compile_for_inference
 from vit_plugin.export import (ExportWrapper, build_model, export_onnx, export_program, normalization_of,
@@ -121,7 +122,7 @@ def main(argv=None):
     if args.out is None and args.checkpoint == 'random':
         raise SystemExit('give --out with CHECKPOINT random')
     out = args.out or osp.splitext(args.checkpoint)[0] + ('' if args.part == 'classifier' else '_backbone') + '.onnx'
-    classes = (getattr(model, '_dataset_meta', None) or {}).get('classes')  # set by mmpretrain's get_model
+    classes = (mmpretrain_compat.dataset_meta(model) or {}).get('classes')  # set by mmpretrain's get_model
     meta = dict(config=osp.basename(args.config), checkpoint=osp.basename(args.checkpoint), part=args.part)
     if classes:
         meta['classes'] = json.dumps(list(classes))

@@ -32,10 +32,10 @@ import torch.nn as nn
 from mmengine.device import get_device
 from mmengine.dist import is_distributed, is_main_process
 from mmengine.registry import FUNCTIONS
-from mmengine._strategy import DDPStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
+from vit_plugin.compat.mmengine import DDPStrategy
 from vit_plugin.engine.checkpointing import (ASIDE_SUFFIX, COMPLETE_MARKER, EXTRA_FILE, PARTIAL_SUFFIX,
                                              atomic_write_bytes, checkpoint_problem, fsync_directory,
                                              is_sharded_checkpoint, sharded_checkpoint_problem)
