@@ -125,7 +125,8 @@ INHERITED: Dict[str, Inherited] = {
         ('vit_plugin.xla.loops:XLAEpochBasedTrainLoop', 'vit_plugin.xla.loops:_InfiniteDeviceIterator'),
         "the loop's and the infinite iterator's epoch counter, which run_epoch/__next__ advance"),
     '_iter': Inherited(
-        'mmengine.runner.loops:IterBasedTrainLoop', ('vit_plugin.xla.loops:XLAIterBasedTrainLoop',),
+        'mmengine.runner.loops:IterBasedTrainLoop',
+        ('vit_plugin.xla.loops:XLAIterBasedTrainLoop', 'vit_plugin.xla.loops:_XLATrainMixin'),
         'the iteration counter (the loop exposes it read-only as ``iter``)'),
     '_dataloader': Inherited(
         'mmengine.runner.loops:_InfiniteDataloaderIterator', ('vit_plugin.xla.loops:_InfiniteDeviceIterator',),
@@ -136,8 +137,14 @@ INHERITED: Dict[str, Inherited] = {
         'the current epoch iterator, taken over by the device iterator so the first epoch is not restarted'),
     '_fully_initialized': Inherited(
         'mmengine.dataset.base_dataset:BaseDataset',
-        ('vit_plugin.datasets.digits:DigitsDataset', 'vit_plugin.datasets.checked:_make_checked'),
-        'whether full_init ran (lazy_init); full_init returns early on it and so does ours'),
+        ('vit_plugin.datasets.digits:DigitsDataset', 'vit_plugin.datasets.checked:_make_checked',
+         'vit_plugin.datasets.compact_index:CompactListMixin', 'vit_plugin.datasets.label_subset:LabelSubsetDataset',
+         'vit_plugin.datasets.skip:SkipBadSamples'),
+        'whether full_init ran (lazy_init): full_init returns early on it; our dataset wrappers keep '
+        "the flag under the same name, as mmengine's own wrappers (ConcatDataset ...) do"),
+    '_indices': Inherited(
+        'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.compact_index:CompactListMixin',),
+        "the dataset's ``indices`` argument, which the compact index applies itself in full_init"),
     '_serialize_data': Inherited(
         'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.checked:_make_checked',),
         'packs data_list into arrays and fails without a word on an empty list; ours names the file first'),

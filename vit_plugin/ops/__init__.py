@@ -126,7 +126,7 @@ def describe(source=None):
         parts.append(f"CUDA {source['cuda']}")
         if source['archs']:
             parts.append(', '.join(source['archs']))
-    where = 'via vit_plugin' if source['kind'] == 'provider' else 'mmcv._ext'
+    where = 'via vit_plugin' if source['kind'] == 'provider' else mmcv_compat.EXT_MODULE
     return f"{source['library']} ({', '.join(parts)}; {where})"
 
 
