@@ -152,7 +152,7 @@ def test_compiled_run_reports_a_failing_peer_and_goes_on(bench, tmp_path, monkey
                              '--out', str(tmp_path / 'bench.json')])
     finally:
         torch.set_num_threads(threads)
-        torch._dynamo.reset()
+        torch.compiler.reset()
     assert result['compile'] is True and result['freeze'] is (how == '--freeze')
     ours, = [r for r in result['rows'] if r['model'] == 'ours']
     assert ours['img_per_s'] > 0 and 'vs_best_peer' not in ours

@@ -11,13 +11,13 @@ PACKED_GEMMS = {'mkl::_mkl_linear', 'mkldnn::_linear_pointwise'}  # Inductor's p
 
 @pytest.fixture
 def tiny_vit():
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.manual_seed(0)
     model = ViT(arch=dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128), img_size=32, patch_size=8,
                 out_type='cls_token')
     model.init_weights()
     yield model
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def test_frozen_graph_matches_eager_and_uses_prepacked_gemms(tiny_vit):
@@ -50,9 +50,9 @@ def test_changed_weights_or_train_mode_are_refused(tiny_vit):
     state = tiny_vit.state_dict()
     state['blocks.1.mlp.fc2.weight'] = state['blocks.1.mlp.fc2.weight'] * 2
     tiny_vit.load_state_dict(state)  # a frozen graph would silently keep the old weights
-    with pytest.raises(RuntimeError, match=r'weight\(s\) were written after compilation .*torch._dynamo.reset'):
+    with pytest.raises(RuntimeError, match=r'weight\(s\) were written after compilation .*torch.compiler.reset'):
         fast(x)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     fresh, = compile_for_inference(tiny_vit)(x)  # what the message says to do
     with torch.no_grad():
         torch.testing.assert_close(fresh, tiny_vit(x)[0], rtol=0, atol=1e-5)

@@ -112,7 +112,7 @@ def test_bf16_autocast_follows_timm():
 def test_torch_compile_matches_eager():
     """``torch.compile`` (Inductor on CPU) traces the whole backbone as one graph, in inference and in
     training, and computes what eager computes: outputs and gradients, global and windowed blocks."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.manual_seed(0)
     model = ViT(arch=dict(embed_dims=64, num_layers=2, num_heads=2, mlp_dims=128), img_size=32, patch_size=8,
                 out_type='featmap', window_size=2, window_block_indices=(0, ))
@@ -128,7 +128,7 @@ def test_torch_compile_matches_eager():
     model(x)[0].square().mean().backward()
     for name, param in model.named_parameters():
         torch.testing.assert_close(compiled_grads[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def _official_forward_numpy(model: ViT, images: np.ndarray) -> np.ndarray:

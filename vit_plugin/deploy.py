@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch._inductor import config as inductor_config
+
+from vit_plugin.compat import torch as torch_compat
 
 
 class FrozenInference(nn.Module):
@@ -44,16 +45,16 @@ class FrozenInference(nn.Module):
     def _check_unchanged(self):
         if self._watched is None:  # one module walk; later calls only read the counters
             self._watched = list(self.model.named_parameters()) + list(self.model.named_buffers())
-            self._versions = [t._version for _, t in self._watched]
+            self._versions = [torch_compat.version_counter(t) for _, t in self._watched]
             return
-        versions = [t._version for _, t in self._watched]
+        versions = [torch_compat.version_counter(t) for _, t in self._watched]
         if versions != self._versions:
             changed = sorted(name for (name, _), now, then in zip(self._watched, versions, self._versions)
                              if now != then)
             raise RuntimeError(
                 f'FrozenInference: {len(changed)} weight(s) were written after compilation (first: {changed[0]}), e.g. '
                 'by load_state_dict or an optimizer step. The frozen graph holds a copy of the weights taken '
-                'when it compiled and would ignore the change. Call torch._dynamo.reset() and wrap the model '
+                'when it compiled and would ignore the change. Call torch.compiler.reset() and wrap the model '
                 'again.')
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -61,7 +62,7 @@ class FrozenInference(nn.Module):
             raise RuntimeError('FrozenInference runs eval-mode graphs only; the wrapped model was switched to '
                                'train mode. Call model.eval(), or train the plain model.')
         self._check_unchanged()
-        with torch.no_grad(), inductor_config.patch(freezing=True):
+        with torch.no_grad(), torch_compat.inductor_freezing():
             return self._compiled(*args, **kwargs)
 
 

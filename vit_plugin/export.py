@@ -26,6 +26,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from vit_plugin.compat import mmpretrain as mmpretrain_compat
 from vit_plugin.checkpoint.fit import checkpoint_classes, load_checkpoint_strict
 from vit_plugin.models.input_norm import preprocessor_norm
 
@@ -84,7 +85,7 @@ def build_model(cfg, checkpoint: Optional[str], backbone_only: bool = False,
         loaded = load_checkpoint_strict(model, checkpoint, backbone_only, option)
         classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
         if classes:
-            model._dataset_meta = classes
+            mmpretrain_compat.set_dataset_meta(model, classes)
     return model.eval()
 
 

@@ -20,6 +20,7 @@ from mmcv.transforms import Compose
 from mmengine.dataset import default_collate
 from mmpretrain.apis import ImageClassificationInferencer, get_model
 
+from vit_plugin.compat import mmpretrain as mmpretrain_compat
 from vit_plugin.checkpoint.fit import (checkpoint_classes, fit_state_dict, load_checkpoint_strict,
                                        load_state_dict_strict, state_dict_of)
 from vit_plugin.datasets.decode import DEFAULT_MAX_PIXELS, decode_image
@@ -79,7 +80,7 @@ def build_classification_inferencer(cfg, checkpoint: str, device: str = 'cpu', b
     loaded = load_checkpoint_strict(model, checkpoint, backbone_only=backbone_only)
     classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
     if classes:
-        model._dataset_meta = classes
+        mmpretrain_compat.set_dataset_meta(model, classes)
     model.to(device)
     return CheckedImageClassificationInferencer(model, pretrained=False, device=device, max_pixels=max_pixels)
 

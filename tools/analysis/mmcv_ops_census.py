@@ -121,10 +121,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import tempfile
 
-    import mmcv._ext as ext
-
     import vit_plugin  # noqa: F401
+    from vit_plugin.compat.mmcv import import_ext
     from vit_plugin.ops import describe, mmcv_ext_names
+    ext = import_ext()
     from mmengine.logging import MMLogger
     MMLogger.get_current_instance().setLevel(logging.WARNING)  # not the weight-initialisation report
     torch.manual_seed(0)

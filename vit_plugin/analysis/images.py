@@ -6,6 +6,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from vit_plugin.compat import mmengine as mmengine_compat
+
 
 def _preprocessor(model: nn.Module):
     pre = getattr(model, 'data_preprocessor', None)
@@ -20,7 +22,7 @@ def _to_display(inputs: torch.Tensor, model: nn.Module) -> np.ndarray:
     pre = _preprocessor(model)
     x = inputs.detach().float().cpu()
     mean, std = getattr(pre, 'mean', None), getattr(pre, 'std', None)
-    if getattr(pre, '_enable_normalize', mean is not None) and mean is not None and std is not None:
+    if mmengine_compat.normalizes(pre, default=mean is not None) and mean is not None and std is not None:
         x = x * std.detach().float().cpu().reshape(1, -1, 1, 1) + mean.detach().float().cpu().reshape(1, -1, 1, 1)
         x = x / 255.0 if float(mean.max()) > 1.5 else x  # mean/std given in 0..255 units (mmpretrain's way)
     else:
@@ -74,7 +76,7 @@ def images_from_files(paths: Sequence[str], model: nn.Module, size: Tuple[int, i
             arr = np.asarray(img.convert('RGB').resize((size[1], size[0]), Image.BICUBIC))
         tensor = torch.from_numpy(arr.copy()).permute(2, 0, 1)
         # mmpretrain's preprocessor (to_rgb=True) expects OpenCV's BGR order and flips it to RGB.
-        if getattr(pre, '_channel_conversion', False):
+        if mmengine_compat.converts_channels(pre):
             tensor = tensor[[2, 1, 0]]
         tensors.append(tensor)
     inputs = pre(dict(inputs=tensors), False)['inputs'].to(device)

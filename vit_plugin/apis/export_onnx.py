@@ -26,6 +26,7 @@ import time
 import torch
 
 from vit_plugin.checkpoint import CheckpointError, CheckpointMismatchError, is_checkpoint_path
+from vit_plugin.compat import mmpretrain as mmpretrain_compat
 from vit_plugin.deploy import compile_for_inference
 from vit_plugin.export import (ExportWrapper, build_model, export_onnx, export_program, normalization_of,
                                sample_images)
@@ -124,7 +125,7 @@ def main(argv=None):
     stem = (args.checkpoint.split('/')[-1].split('@')[0] if args.checkpoint.startswith('hf-hub:')
             else osp.splitext(args.checkpoint.rstrip('/'))[0])
     out = args.out or stem + ('' if args.part == 'classifier' else '_backbone') + '.onnx'
-    classes = (getattr(model, '_dataset_meta', None) or {}).get('classes')  # set by mmpretrain's get_model
+    classes = (mmpretrain_compat.dataset_meta(model) or {}).get('classes')  # set by mmpretrain's get_model
     meta = dict(config=osp.basename(args.config), checkpoint=osp.basename(args.checkpoint), part=args.part)
     if classes:
         meta['classes'] = json.dumps(list(classes))

@@ -44,6 +44,8 @@ from mmengine.dist import get_dist_info
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
+from vit_plugin.compat import numpy as numpy_compat
+
 from .formats import CheckpointFormatError, folder_weights, read_safetensors, sniff_checkpoint
 from .hub import HUB_PREFIX, HubCheckpointError, resolve_hub_checkpoint
 
@@ -72,13 +74,9 @@ def _history_buffer_getattr(obj, name):
 
 
 def _numpy_globals():
-    try:  # numpy 2 moved numpy.core to numpy._core; files name whichever wrote them
-        from numpy._core import multiarray
-    except ImportError:
-        from numpy.core import multiarray
     found = [np.ndarray, np.dtype]
-    for func in ('_reconstruct', 'scalar'):
-        obj = getattr(multiarray, func)
+    # numpy 2 moved numpy.core to numpy._core; files name whichever wrote them
+    for func, obj in numpy_compat.pickle_reconstructors().items():
         found += [(obj, f'numpy.core.multiarray.{func}'), (obj, f'numpy._core.multiarray.{func}')]
     found += [type(np.dtype(t)) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
                                           np.uint32, np.uint64, np.float16, np.float32, np.float64,

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Union
 import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
 
+from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError, check_labels
 from vit_plugin.registry import DATASETS
 
@@ -124,7 +125,7 @@ def _source(dataset) -> str:
 
 
 def _no_samples(dataset, name: str) -> NoSamplesError:
-    indices = getattr(dataset, '_indices', None)
+    indices = mmengine_compat.dataset_indices(dataset)
     return NoSamplesError(
         f'{name}: {_source(dataset)} gives no samples' + (f' (after indices={indices!r})' if indices is not None
                                                           else '')

@@ -21,9 +21,9 @@ from typing import Callable, List, Optional
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.hooks import CheckpointHook
 
+from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.checkpoint.safe_load import CheckpointError, load_local_checkpoint
 from vit_plugin.registry import HOOKS
 
@@ -235,11 +235,11 @@ class AtomicCheckpointHook(CheckpointHook):
     def before_train(self, runner) -> None:
         target = self.out_dir or runner.work_dir
         if (self.backend_args is None and self.file_client_args is None
-                and _parse_uri_prefix(str(target)) == ''):
+                and mmengine_compat.is_local_uri(target)):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
         super().before_train(runner)
 
     def _save_checkpoint_with_step(self, runner, step, meta):
         super()._save_checkpoint_with_step(runner, step, meta)
-        if is_main_process() and _parse_uri_prefix(str(self.last_ckpt)) == '':
+        if is_main_process() and mmengine_compat.is_local_uri(self.last_ckpt):
             write_last_checkpoint(runner.work_dir, self.last_ckpt)

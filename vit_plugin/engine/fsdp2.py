@@ -32,10 +32,11 @@ import torch.nn as nn
 from mmengine.device import get_device
 from mmengine.dist import is_distributed, is_main_process
 from mmengine.registry import FUNCTIONS
-from mmengine._strategy import DDPStrategy
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
+from vit_plugin.compat import mmengine as mmengine_compat
+from vit_plugin.compat.mmengine import DDPStrategy
 from vit_plugin.engine.checkpointing import (ASIDE_SUFFIX, COMPLETE_MARKER, EXTRA_FILE, PARTIAL_SUFFIX,
                                              atomic_write_bytes, checkpoint_problem, fsync_directory,
                                              is_sharded_checkpoint, sharded_checkpoint_problem)
@@ -308,7 +309,7 @@ class FSDP2Strategy(DDPStrategy):
         checkpoint = self._load_sharded(filename, with_optimizer=resume_optimizer, callback=callback)
         if resume_param_scheduler and hasattr(self, 'param_schedulers') and 'param_schedulers' in checkpoint:
             self.load_scheduler_state_dict(checkpoint.pop('param_schedulers'))
-        accumulative_counts = getattr(getattr(self, 'optim_wrapper', None), '_accumulative_counts', 1)
+        accumulative_counts = mmengine_compat.accumulative_counts(getattr(self, 'optim_wrapper', None))
         if accumulative_counts > 1:  # gradient accumulation restarts its count where the run stopped
             self.optim_wrapper.initialize_count_status(self.model, checkpoint['meta']['iter'],
                                                        self.dispatch_kwargs['max_iters'])

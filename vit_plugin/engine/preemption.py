@@ -3,7 +3,6 @@ iteration, write a checkpoint and exit with :data:`EXIT_PREEMPTED`."""
 import math
 import os
 import signal
-import sys
 import threading
 from typing import Optional, Sequence
 
@@ -13,6 +12,8 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.optim import OptimWrapperDict
 from mmengine.runner import IterBasedTrainLoop
 
+from vit_plugin.compat import mmengine as mmengine_compat
+from vit_plugin.compat import torch as torch_compat
 from vit_plugin.engine.checkpointing import write_last_checkpoint
 from vit_plugin.registry import HOOKS
 
@@ -43,15 +44,8 @@ def _shield_worker() -> None:
     """
     for signum in _SHIELDED - {signal.SIGTERM}:
         signal.signal(signum, signal.SIG_IGN)
-    handling = sys.modules.get('torch.utils.data._utils.signal_handling')
-    if signal.SIGTERM in _SHIELDED and handling is not None and hasattr(signal, 'sigwaitinfo'):
-        install = handling._set_worker_signal_handlers
-
-        def install_then_shield(*args, **kwargs):
-            install(*args, **kwargs)
-            _sigterm_from_parent_only()
-
-        handling._set_worker_signal_handlers = install_then_shield  # this child's module only
+    if signal.SIGTERM in _SHIELDED and hasattr(signal, 'sigwaitinfo'):
+        torch_compat.wrap_worker_signal_handlers(_sigterm_from_parent_only)  # this child's module only
 
 
 def _sigterm_from_parent_only() -> None:
@@ -85,7 +79,7 @@ class TrainingPreempted(SystemExit):
 def _accumulative_counts(runner) -> int:
     wrapper = getattr(runner, 'optim_wrapper', None)
     wrappers = wrapper.values() if isinstance(wrapper, OptimWrapperDict) else [wrapper]
-    return max([getattr(w, '_accumulative_counts', 1) or 1 for w in wrappers if w is not None] or [1])
+    return max([mmengine_compat.accumulative_counts(w) or 1 for w in wrappers if w is not None] or [1])
 
 
 def _checkpoint_hook_saves_now(hook: CheckpointHook, runner) -> bool:
@@ -249,7 +243,7 @@ class PreemptionHook(Hook):
             return
         if _checkpoint_hook_saves_now(hook, runner):
             return  # the checkpoint hook, next in line, saves this very iteration
-        hook._save_checkpoint(runner)  # rotation (max_keep_ckpts) and last_checkpoint as usual
+        mmengine_compat.save_checkpoint_as_configured(hook, runner)  # rotation (max_keep_ckpts) and last_checkpoint as usual
 
     def after_run(self, runner) -> None:
         self._restore()

@@ -15,6 +15,8 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
+from vit_plugin.compat import mmengine as mmengine_compat
+
 #: Pixel units (0..255): differences below this are rounding, not another normalisation.
 TOLERANCE = 0.5
 
@@ -23,7 +25,7 @@ def preprocessor_norm(model: nn.Module) -> Optional[Tuple[Tuple[float, ...], Tup
     """``(mean, std)`` the model's mmengine data preprocessor applies, or None when it does not
     normalise (or the model has none)."""
     pre = getattr(model, 'data_preprocessor', None)
-    if pre is None or not getattr(pre, '_enable_normalize', False):
+    if pre is None or not mmengine_compat.normalizes(pre):
         return None
     mean, std = (torch.as_tensor(getattr(pre, name)).flatten().double().tolist() for name in ('mean', 'std'))
     return tuple(round(v, 4) for v in mean), tuple(round(v, 4) for v in std)

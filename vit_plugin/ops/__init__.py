@@ -29,6 +29,9 @@ import sysconfig
 import _vit_plugin_mmcv_ext as _hook
 from _vit_plugin_mmcv_ext import MissingCompiledOpError
 
+from vit_plugin.compat import mmcv as mmcv_compat
+from vit_plugin.compat import torchvision as torchvision_compat
+
 __all__ = ['install', 'ops_source', 'describe', 'check', 'install_startup_hook', 'startup_hook_path',
            'mmcv_ext_names', 'MissingCompiledOpError', 'BUILD_RECORD']
 
@@ -91,14 +94,14 @@ def ops_source():
     """
     install()
     try:
-        ext = importlib.import_module('mmcv._ext')
+        ext = mmcv_compat.import_ext()
     except ImportError as error:
         return dict(kind='missing', file=None, cuda=None, archs=None, library=None, error=str(error))
     import mmcv
     if getattr(ext, 'VIT_PLUGIN_PROVIDER', False):
         import torch
         import torchvision
-        tv_cuda = torch.ops.torchvision._cuda_version()  # e.g. 12080; -1 for a CPU-only torchvision
+        tv_cuda = torchvision_compat.cuda_version()  # e.g. 12080; -1 for a CPU-only torchvision
         cuda = f'{tv_cuda // 1000}.{tv_cuda % 1000 // 10}' if tv_cuda > 0 else None
         return dict(kind='provider', file=ext.__file__, cuda=cuda, archs=None,
                     library=f'torchvision {torchvision.__version__}', error=None)
@@ -123,7 +126,7 @@ def describe(source=None):
         parts.append(f"CUDA {source['cuda']}")
         if source['archs']:
             parts.append(', '.join(source['archs']))
-    where = 'via vit_plugin' if source['kind'] == 'provider' else 'mmcv._ext'
+    where = 'via vit_plugin' if source['kind'] == 'provider' else mmcv_compat.EXT_MODULE
     return f"{source['library']} ({', '.join(parts)}; {where})"
 
 

@@ -137,11 +137,12 @@ def roi_align_backward(grad_output, rois, argmax_y, argmax_x, grad_input, aligne
         rois = rois.to(grad_output.dtype)
     args = (float(spatial_scale), int(aligned_height), int(aligned_width), batch, channels, height, width,
             int(sampling_ratio), bool(aligned))
+    from vit_plugin.compat import torchvision as torchvision_compat  # local: loaded as mmcv._ext before vit_plugin
     if grad_output.device.type != 'cpu' and torch.are_deterministic_algorithms_enabled():
         cpu_grad = _cpu_float(grad_output.cpu())
-        grad = torch.ops.torchvision._roi_align_backward(cpu_grad, rois.cpu().to(cpu_grad.dtype), *args)
+        grad = torchvision_compat.roi_align_backward(cpu_grad, rois.cpu().to(cpu_grad.dtype), *args)
     else:
-        grad = torch.ops.torchvision._roi_align_backward(grad_output, rois, *args)
+        grad = torchvision_compat.roi_align_backward(grad_output, rois, *args)
     grad_input.add_(grad.to(grad_input.device, grad_input.dtype))
 
 

@@ -17,9 +17,9 @@ import torch
 
 from mmengine.hooks import RuntimeInfoHook
 from mmengine.logging import print_log
-from mmengine.runner.loops import (EpochBasedTrainLoop, IterBasedTrainLoop, TestLoop, ValLoop,
-                                   _InfiniteDataloaderIterator, _update_losses)
+from mmengine.runner.loops import EpochBasedTrainLoop, IterBasedTrainLoop, TestLoop, ValLoop
 
+from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.registry import LOOPS
 
 from . import runtime
@@ -89,7 +89,7 @@ class DeviceLoader:
         return iter(self._device_loader)
 
 
-class _InfiniteDeviceIterator(_InfiniteDataloaderIterator):
+class _InfiniteDeviceIterator(mmengine_compat.InfiniteDataloaderIterator):
     """mmengine's restarting iterator of IterBasedTrainLoop, on a :class:`DeviceLoader`.
 
     Starts from the host iterator mmengine's loop already made, so the run draws from the global
@@ -127,10 +127,10 @@ class _XLATrainMixin:
             # phase (first micro-batch, later micro-batches, update) has a graph, all seen by 2k.
             wrapper = self.runner.optim_wrapper  # still a config when FlexibleRunner builds loops
             counts = (wrapper.get('accumulative_counts', 1) if isinstance(wrapper, dict) else
-                      getattr(wrapper, '_accumulative_counts', 1))
+                      mmengine_compat.accumulative_counts(wrapper))
             warmup_iters = 3 if counts == 1 else 2 * counts + 1
         self.device_loader = DeviceLoader(self.dataloader, runtime.device(), **(loader_kwargs or {}))
-        hooks = self.runner._hooks
+        hooks = self.runner.hooks  # the runner's own list, edited in place
         for i, hook in enumerate(hooks):
             if type(hook) is RuntimeInfoHook:  # same priority slot, deferred transfers
                 hooks[i] = XLARuntimeInfoHook()
@@ -204,7 +204,7 @@ class _XLAEvalMixin:
         outputs = getattr(self.runner.model, f'{stage}_step')(data_batch)
         # Run the forward graph now, so the metrics' host reads below only transfer results.
         runtime.sync()
-        outputs, losses = _update_losses(outputs, getattr(self, f'{stage}_loss'))
+        outputs, losses = mmengine_compat.update_losses(outputs, getattr(self, f'{stage}_loss'))
         setattr(self, f'{stage}_loss', losses)
         self.evaluator.process(data_samples=outputs, data_batch=data_batch)
         self.runner.call_hook(f'after_{stage}_iter', batch_idx=idx, data_batch=data_batch,

@@ -11,7 +11,9 @@ import importlib
 from typing import Any, List, Optional
 
 import torch
-from torch.utils import _pytree as pytree
+
+from vit_plugin.compat import torch_xla as torch_xla_compat
+from vit_plugin.compat.torch import pytree
 
 _INSTALL_HINT = ('The XLA path needs torch_xla (pip install "torch-xla==2.9.0"; on a Cloud TPU VM add '
                  '"torch_xla[tpu]"), and PJRT_DEVICE set to TPU (or CPU to try it on a laptop).')
@@ -77,11 +79,9 @@ def to_cpu(data: Any) -> Any:
     index = [i for i, leaf in enumerate(leaves) if is_xla_tensor(leaf)]
     if not index:
         return data
-    xla = require()
-    tensors = [leaves[i] for i in index]
-    # Materialise pending computations first; a no-op for tensors the last sync already produced.
-    xla._XLAC._xla_sync_multi(tensors, devices=[], wait=True, sync_xla_data=False)
-    for i, cpu in zip(index, xla._XLAC._xla_get_cpu_tensors(tensors)):
+    require()
+    # Pending computations run first; a no-op for tensors the last sync already produced.
+    for i, cpu in zip(index, torch_xla_compat.sync_and_copy_to_cpu([leaves[i] for i in index])):
         leaves[i] = cpu
     return pytree.tree_unflatten(leaves, spec)
 

@@ -22,6 +22,8 @@ import torch.nn as nn
 
 from . import runtime
 
+from vit_plugin.compat import torch_xla as torch_xla_compat
+
 #: The mesh axis that both the batch and the parameters are split over.
 AXIS = 'fsdp'
 
@@ -115,10 +117,12 @@ def shard_preprocessed_batches(model: nn.Module, mesh):
 
 def sharding_of(tensor: torch.Tensor) -> str:
     """The XLA sharding annotation of a device tensor as text (empty when replicated by default)."""
-    return runtime.require()._XLAC._get_xla_sharding_spec(tensor)
+    runtime.require()
+    return torch_xla_compat.sharding_spec(tensor)
 
 
 def shard_shape(tensor: torch.Tensor) -> Tuple[int, ...]:
     """The shape of the piece of ``tensor`` that each device holds."""
-    shards = runtime.require()._XLAC._get_local_shards([tensor])[0]
+    runtime.require()
+    shards = torch_xla_compat.local_shards(tensor)
     return tuple(shards[0][0].shape) if shards else tuple(tensor.shape)

@@ -23,12 +23,11 @@ import logging
 from typing import Callable, Optional, Union
 
 import torch.nn as nn
-from mmengine._strategy import SingleDeviceStrategy
 from mmengine.logging import print_log
-from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.model import revert_sync_batchnorm
 from mmengine.optim import BaseOptimWrapper
 
+from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.engine.checkpointing import PARTIAL_SUFFIX, publish_partial
 from vit_plugin.registry import STRATEGIES
 
@@ -73,7 +72,7 @@ def xla_optim_wrapper_cfg(cfg: dict) -> dict:
 
 
 @STRATEGIES.register_module()
-class XLAStrategy(SingleDeviceStrategy):
+class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
     """Run the model on the XLA device of this process (see the module docstring).
 
     Args:
@@ -191,7 +190,7 @@ class XLAStrategy(SingleDeviceStrategy):
         """
         if not runtime.is_master():
             return
-        local = _parse_uri_prefix(str(filename)) == ''
+        local = mmengine_compat.is_local_uri(filename)
         target = str(filename) + PARTIAL_SUFFIX if local else filename
         super().save_checkpoint(target, save_optimizer=save_optimizer, save_param_scheduler=save_param_scheduler,
                                 extra_ckpt=extra_ckpt, callback=callback)

@@ -34,6 +34,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from vit_plugin.compat import torch as torch_compat
 from vit_plugin.datasets.checked import ImageNet21k as OurImageNet21k
 
 #: The folder holding the ``vit_plugin`` package: the measuring child processes import it from there.
@@ -184,7 +185,7 @@ def measure(impl: str, list_file: str, workers: int, batches: int, batch_size: i
                             collate_fn=collate_indices)
         it = iter(loader)
         seen = sum(len(next(it)) for _ in range(batches))
-        pids = [w.pid for w in it._workers]  # the live worker processes of this iterator
+        pids = torch_compat.dataloader_worker_pids(it)  # the live worker processes of this iterator
         per_worker = [memory(pid) for pid in pids]
         del it
         result.update(samples_read=seen, worker_pss_mib=[m['pss'] for m in per_worker],

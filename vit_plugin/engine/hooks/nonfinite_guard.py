@@ -49,6 +49,8 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
+from vit_plugin.compat import mmengine as mmengine_compat
+from vit_plugin.compat import torch as torch_compat
 from vit_plugin.engine.optimizers.grad_norm import global_grad_norm
 from vit_plugin.registry import HOOKS
 
@@ -68,7 +70,7 @@ def _grads(wrapper: OptimWrapper) -> List[torch.Tensor]:
 
 def _skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer.step`` honours a ``found_inf`` tensor (torch's fused Adam/AdamW/SGD)."""
-    return bool(getattr(optimizer, '_step_supports_amp_scaling', False)) and all(
+    return torch_compat.step_supports_amp_scaling(optimizer) and all(
         group.get('fused') for group in optimizer.param_groups)
 
 
@@ -77,7 +79,7 @@ def _scaler_state(scaler, optimizer) -> dict:
     # STEPPED) and the per-device inf/NaN flags its unscale_ found; step() skips on them and update()
     # lowers the scale when any is set. (Stable since torch 1.6; tests/test_numerics_guard.py runs
     # the real GradScaler.)
-    return scaler._per_optimizer_states[id(optimizer)]
+    return torch_compat.grad_scaler_state(scaler, optimizer)
 
 
 @contextmanager
@@ -120,8 +122,7 @@ class NonFiniteGuard:
         # mmengine's parameter schedulers wrap ``wrapper.step`` in a call counter when they are built
         # (before this hook runs) and warn if the method they find later lacks the mark; the counter
         # still runs inside ``self._step``, so carry the mark over.
-        if hasattr(self._step, '_with_counter'):
-            guarded_step._with_counter = self._step._with_counter
+        mmengine_compat.copy_scheduler_counter_mark(self._step, guarded_step)
         wrapper.backward, wrapper.step = self.backward, guarded_step
         wrapper._nonfinite_guard = self
 

@@ -19,6 +19,7 @@ from mmengine.hooks import EMAHook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODELS
 
+from vit_plugin.compat import torch as torch_compat
 from vit_plugin.registry import HOOKS
 
 
@@ -28,6 +29,7 @@ def mirror_tensors(model: nn.Module) -> nn.Module:
     nodes = {}
     for name, module in model.named_modules(remove_duplicate=False):
         node = nodes[name] = nn.Module()
+        non_persistent = torch_compat.non_persistent_buffers(module)
         if name:
             parent, _, child = name.rpartition('.')
             nodes[parent].add_module(child, node)
@@ -35,7 +37,7 @@ def mirror_tensors(model: nn.Module) -> nn.Module:
             node.register_parameter(key, nn.Parameter(param.detach().clone(), requires_grad=False))
         for key, buffer in module.named_buffers(recurse=False):
             node.register_buffer(key, buffer.detach().clone(),
-                                 persistent=key not in module._non_persistent_buffers_set)
+                                 persistent=key not in non_persistent)
     return nodes['']
 
 

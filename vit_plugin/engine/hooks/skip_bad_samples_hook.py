@@ -7,6 +7,7 @@ from mmengine.dist import all_gather_object, all_reduce, get_world_size
 from mmengine.hooks import Hook
 from mmengine.runner import IterBasedTrainLoop
 
+from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.datasets.skip import BadSampleLimitExceeded, find_skip_wrapper, records_in_batch
 from vit_plugin.registry import HOOKS
 
@@ -57,7 +58,7 @@ class SkipBadSamplesHook(Hook):
                     files=[[index, path, reason] for index, (path, reason) in sorted(self.files.items())])
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        if getattr(runner, '_resume', False):  # a resumed run continues the count; load_from starts anew
+        if mmengine_compat.resumes(runner):  # a resumed run continues the count; load_from starts anew
             self._restored = (checkpoint.get('meta') or {}).get(META_KEY)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:

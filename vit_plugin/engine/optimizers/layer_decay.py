@@ -14,9 +14,10 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor
 
+from vit_plugin.compat import torch as torch_compat
 from vit_plugin.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+_NORMS = (nn.LayerNorm, nn.GroupNorm, torch_compat.BatchNormBase, torch_compat.InstanceNormBase)
 
 
 def find_layer_depth_module(model: nn.Module) -> Tuple[str, nn.Module]:

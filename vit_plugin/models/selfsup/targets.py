@@ -17,6 +17,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from vit_plugin.compat import mmengine as mmengine_compat
+
 TARGETS = ('mean_color_3bit', 'downsized_4x4_3bit', 'pixel_l2')
 #: The largest value of an 8-bit image channel: targets assume pixels in [0, PIXEL_MAX].
 PIXEL_MAX = 255.
@@ -40,7 +42,7 @@ def unnormalize(inputs: torch.Tensor, data_preprocessor: Optional[torch.nn.Modul
     Returns:
         Tensor: Pixels (B, C, H, W), clamped to [0, 255].
     """
-    if data_preprocessor is not None and getattr(data_preprocessor, '_enable_normalize', False):
+    if data_preprocessor is not None and mmengine_compat.normalizes(data_preprocessor):
         mean = data_preprocessor.mean.to(inputs.dtype)
         std = data_preprocessor.std.to(inputs.dtype)
         if mean.numel() not in (1, inputs.shape[1]):

@@ -1,0 +1,151 @@
+"""Private names of mmengine that vit_plugin needs.
+
+Checked against mmengine 0.10.7 and onedl-mmengine 0.10.12 (the same code at every access below).
+"""
+from typing import Any, Dict
+
+from mmengine._strategy import DDPStrategy, SingleDeviceStrategy
+from mmengine.fileio.io import _parse_uri_prefix
+from mmengine.runner.loops import _InfiniteDataloaderIterator as InfiniteDataloaderIterator
+from mmengine.runner.loops import _update_losses as update_losses
+
+from vit_plugin.compat import Inherited
+
+__all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'InfiniteDataloaderIterator', 'update_losses',
+           'is_local_uri', 'save_checkpoint_as_configured', 'resumes', 'accumulative_counts',
+           'copy_scheduler_counter_mark', 'normalizes', 'converts_channels', 'dataset_indices',
+           'INHERITED']
+
+# DDPStrategy and SingleDeviceStrategy: the bases of FSDP2Strategy and XLAStrategy. mmengine keeps its
+# strategies in ``mmengine._strategy`` and exports them nowhere else; the STRATEGIES registry returns
+# them by name, but only at run time, and a base class is needed when the module is imported.
+
+# InfiniteDataloaderIterator: the iterator IterBasedTrainLoop builds (the XLA loop wraps it to keep
+# its epoch bookkeeping). update_losses: how ValLoop and TestLoop average the losses of
+# ``val_step``/``test_step`` outputs; the XLA loops repeat those loops' ``run_iter`` and must keep the
+# same log keys. Neither is exported by ``mmengine.runner``.
+
+
+def is_local_uri(uri: Any) -> bool:
+    """Whether ``uri`` names a local file (no ``s3://``-style prefix), by mmengine's own rule.
+
+    mmengine decides which file backend serves a path with the private ``_parse_uri_prefix``; the
+    public ``get_file_backend`` also honours ``backend_args`` mappings, which would call some local
+    paths remote.
+    """
+    return _parse_uri_prefix(str(uri)) == ''
+
+
+def save_checkpoint_as_configured(hook, runner) -> None:
+    """Let mmengine's ``CheckpointHook`` save now, with its file names, rotation (``max_keep_ckpts``)
+    and ``last_checkpoint`` record.
+
+    The hook only saves from its ``after_train_*`` methods, which also decide whether the interval
+    is due; ``CheckpointHook._save_checkpoint`` is the step that saves unconditionally.
+    """
+    hook._save_checkpoint(runner)
+
+
+def resumes(runner) -> bool:
+    """Whether the runner was told to resume (``resume=True``), not only to load weights.
+
+    ``Runner`` keeps the flag in ``_resume`` and offers no property for it.
+    """
+    return bool(getattr(runner, '_resume', False))
+
+
+def accumulative_counts(wrapper, default: int = 1) -> int:
+    """The gradient accumulation of an ``OptimWrapper`` (``accumulative_counts`` of its config).
+
+    The wrapper stores it in ``_accumulative_counts`` without a public accessor.
+    """
+    return getattr(wrapper, '_accumulative_counts', default)
+
+
+def copy_scheduler_counter_mark(source, target) -> None:
+    """Carry the mark mmengine's parameter schedulers put on the ``optimizer.step`` they wrapped.
+
+    A scheduler wraps the wrapper's ``step`` in a call counter, marks it ``_with_counter`` and warns
+    when a later ``step`` lacks the mark; a ``step`` replaced on top of the counted one keeps it.
+    """
+    if hasattr(source, '_with_counter'):
+        target._with_counter = source._with_counter
+
+
+def normalizes(preprocessor, default: bool = False) -> bool:
+    """Whether an mmengine/mmpretrain image data preprocessor normalises with its ``mean``/``std``.
+
+    Both ``ImgDataPreprocessor`` classes store the decision in ``_enable_normalize`` only.
+    """
+    return bool(getattr(preprocessor, '_enable_normalize', default))
+
+
+def converts_channels(preprocessor) -> bool:
+    """Whether an image data preprocessor swaps BGR and RGB (``to_rgb``/``bgr_to_rgb``), stored in
+    ``_channel_conversion`` only."""
+    return bool(getattr(preprocessor, '_channel_conversion', False))
+
+
+def dataset_indices(dataset) -> Any:
+    """The ``indices`` argument of an mmengine ``BaseDataset`` (None when unset), kept in ``_indices``."""
+    return getattr(dataset, '_indices', None)
+
+
+_STRATEGY = 'mmengine._strategy.base:BaseStrategy'
+_FSDP2 = 'vit_plugin.engine.fsdp2:FSDP2Strategy'
+_XLA_STRATEGY = 'vit_plugin.xla.strategy:XLAStrategy'
+
+#: Private members of mmengine classes that our subclasses override or read (see the package docstring).
+INHERITED: Dict[str, Inherited] = {
+    '_wrap_model': Inherited(
+        'mmengine._strategy.single_device:SingleDeviceStrategy', (_FSDP2, _XLA_STRATEGY),
+        'how a strategy wraps the model; the only place to put FSDP2 sharding and XLA placement'),
+    '_set_randomness': Inherited(
+        _STRATEGY, (_FSDP2, _XLA_STRATEGY),
+        "seeds the generators; XLA seeds its device's too, FSDP2 re-seeds on a resumed seed"),
+    '_randomness': Inherited(_STRATEGY, (_FSDP2,), 'the randomness settings _set_randomness was given'),
+    '_seed': Inherited(_STRATEGY, (_XLA_STRATEGY,), 'the seed the strategy drew; the device seed follows it'),
+    '_setup_distributed': Inherited(
+        _STRATEGY, (_XLA_STRATEGY,), 'starts the process group; XLA starts its own runtime instead'),
+    '_save_checkpoint_with_step': Inherited(
+        'mmengine.hooks.checkpoint_hook:CheckpointHook', ('vit_plugin.engine.checkpointing:AtomicCheckpointHook',),
+        'the one step every CheckpointHook save goes through; the atomic record is written after it'),
+    '_swap_ema_parameters': Inherited(
+        'mmengine.hooks.ema_hook:EMAHook', ('vit_plugin.engine.hooks.sharded_ema_hook:ShardedEMAHook',),
+        'swaps averaged and trained weights around validation and saving; the sharded mirror pairs them by name'),
+    '_clip_grad': Inherited(
+        'mmengine.optim.optimizer.optimizer_wrapper:OptimWrapper',
+        ('vit_plugin.engine.optimizers.amp:AutocastOptimWrapper', 'vit_plugin.xla.optim_wrapper:XLAOptimWrapper'),
+        "the wrapper's clipping per clip_grad config; step() calls it, and so must a step that replaces step()"),
+    '_inner_count': Inherited(
+        'mmengine.optim.optimizer.optimizer_wrapper:OptimWrapper', ('vit_plugin.engine.optimizers.amp:AutocastOptimWrapper',),
+        'the micro-batch counter update_params advances; gradient accumulation reads it'),
+    '_epoch': Inherited(
+        'mmengine.runner.loops:EpochBasedTrainLoop',
+        ('vit_plugin.xla.loops:XLAEpochBasedTrainLoop', 'vit_plugin.xla.loops:_InfiniteDeviceIterator'),
+        "the loop's and the infinite iterator's epoch counter, which run_epoch/__next__ advance"),
+    '_iter': Inherited(
+        'mmengine.runner.loops:IterBasedTrainLoop',
+        ('vit_plugin.xla.loops:XLAIterBasedTrainLoop', 'vit_plugin.xla.loops:_XLATrainMixin'),
+        'the iteration counter (the loop exposes it read-only as ``iter``)'),
+    '_dataloader': Inherited(
+        'mmengine.runner.loops:_InfiniteDataloaderIterator', ('vit_plugin.xla.loops:_InfiniteDeviceIterator',),
+        'the data loader the infinite iterator restarts at each epoch'),
+    '_iterator': Inherited(
+        'mmengine.runner.loops:_InfiniteDataloaderIterator',
+        ('vit_plugin.xla.loops:_InfiniteDeviceIterator', 'vit_plugin.xla.loops:XLAIterBasedTrainLoop'),
+        'the current epoch iterator, taken over by the device iterator so the first epoch is not restarted'),
+    '_fully_initialized': Inherited(
+        'mmengine.dataset.base_dataset:BaseDataset',
+        ('vit_plugin.datasets.digits:DigitsDataset', 'vit_plugin.datasets.checked:_make_checked',
+         'vit_plugin.datasets.compact_index:CompactListMixin', 'vit_plugin.datasets.label_subset:LabelSubsetDataset',
+         'vit_plugin.datasets.skip:SkipBadSamples'),
+        'whether full_init ran (lazy_init): full_init returns early on it; our dataset wrappers keep '
+        "the flag under the same name, as mmengine's own wrappers (ConcatDataset ...) do"),
+    '_indices': Inherited(
+        'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.compact_index:CompactListMixin',),
+        "the dataset's ``indices`` argument, which the compact index applies itself in full_init"),
+    '_serialize_data': Inherited(
+        'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.checked:_make_checked',),
+        'packs data_list into arrays and fails without a word on an empty list; ours names the file first'),
+}
