@@ -170,3 +170,14 @@ def test_setup_refuses_an_unknown_stack_and_a_python_the_stack_lacks(tmp_path):
         proc = _run_setup(tmp_path, VENV=str(tmp_path / 'venv'), STACK=stack, PYTHON=str(fake))
         assert proc.returncode != 0 and f'the {stack} stack needs Python {versions}' in proc.stderr, proc.stderr
     assert not (tmp_path / 'venv').exists()
+
+
+def test_the_xla_path_is_there_on_the_classic_stack_and_named_on_the_current_one():
+    """The one feature only one stack has: torch_xla imports on the classic stack; on the current one the
+    XLA path stops with an error that names the classic stack."""
+    from vit_plugin.xla import runtime
+    if STACK == 'classic':
+        assert runtime.require().__name__ == 'torch_xla'
+    else:
+        with pytest.raises(ImportError, match=r'only the classic stack has .*`STACK=classic make setup`'):
+            runtime.require()

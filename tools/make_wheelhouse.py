@@ -6,7 +6,9 @@
     python tools/make_wheelhouse.py host-site --out DIR
 
 ``build`` (on a machine with the project's environment and access to PyPI) collects, as wheels, every
-package the stack needs at run time -- mmengine, mmcv-lite, mmpretrain, mmdet, timm, pytest and
+package the stack needs at run time -- mmengine, mmcv, mmpretrain, mmdet (the forks on the current
+stack, the upstream releases and mmcv-lite on the classic one; onedl-mmcv as the pure wheel the set-up
+built), timm, pytest and
 pytest-xdist (the report runs the ``cuda`` tests; ``make test`` runs test files in parallel) with their
 dependencies, at the versions of the running environment -- except what comes with torch and
 torchvision (torch's own requirements, numpy, pillow). Pure-Python
@@ -39,8 +41,16 @@ import sysconfig
 import tempfile
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-#: Distributions the stack needs at run time (the report: training, detection, the cuda tests).
-ROOTS = ['mmengine', 'mmcv-lite', 'mmpretrain', 'mmdet', 'timm', 'pytest', 'pytest-xdist']
+#: Distributions each stack needs at run time (the report: training, detection, the cuda tests); the
+#: environment running ``build`` says which stack it is.
+ROOTS = {
+    'current': ['onedl-mmengine', 'onedl-mmcv', 'onedl-mmpretrain', 'onedl-mmdetection', 'timm', 'pytest',
+                'pytest-xdist'],
+    'classic': ['mmengine', 'mmcv-lite', 'mmpretrain', 'mmdet', 'timm', 'pytest', 'pytest-xdist'],
+}
+#: onedl-mmcv is published as source only; the set-up builds it as a pure wheel and keeps it here.
+PURE_WHEELS = osp.join(os.environ.get('VIT_PLUGIN_CACHE') or osp.join(osp.expanduser('~'), '.cache', 'vit_plugin'),
+                       'wheels', 'pure')
 #: What the host brings with its torch; their requirement closure is left out too.
 HOST = ['torch', 'torchvision']
 LIMIT_MIB = 64
@@ -65,8 +75,12 @@ def _requirements(dist):
             yield _canonical(req.name)
 
 
+def _stack(dists) -> str:
+    return 'current' if 'onedl-mmengine' in dists else 'classic'
+
+
 def _mmcv_lite_pin() -> str:
-    path = osp.join(REPO, 'requirements', 'mmcv_lite.txt')
+    path = osp.join(REPO, 'requirements', 'classic', 'mmcv_lite.txt')
     if osp.isfile(path):
         with open(path) as f:
             for line in f:
@@ -85,7 +99,7 @@ def closure(roots, dists):
     found, stack, missing = {}, [_canonical(r) for r in roots], []
     while stack:
         name = stack.pop()
-        if name == 'mmcv':  # mmcv's Python code, whichever distribution carries it here
+        if name == 'mmcv' and 'onedl-mmcv' not in dists:  # mmcv's Python code, whichever distribution has it
             name = 'mmcv-lite'
         if name in found:
             continue
@@ -138,7 +152,8 @@ def _mib(path: str) -> float:
 def build(args) -> dict:
     dists = _installed()
     host = closure(HOST, dists) if all(_canonical(h) in dists for h in HOST) else {}
-    needed = {n: v for n, v in closure(ROOTS, dists).items() if n not in host and n not in ('torch', 'torchvision')}
+    needed = {n: v for n, v in closure(ROOTS[_stack(dists)], dists).items()
+              if n not in host and n not in ('torch', 'torchvision')}
     os.makedirs(args.out, exist_ok=True)
     for name in os.listdir(args.out):  # a fresh set: no wheel of an older pin stays behind
         if name.endswith('.whl') or name.endswith('.txt'):
@@ -149,7 +164,12 @@ def build(args) -> dict:
         for name, version in sorted(needed.items()):
             dest = osp.join(tmp, name)
             spec = f'{name}=={version}'
-            if _pip_download(spec, dest, args.python_version, platforms, pure=True):
+            built = osp.join(PURE_WHEELS, f"{name.replace('-', '_')}-{version}-py3-none-any.whl")
+            if osp.isfile(built):  # a source-only package the set-up built as a pure wheel
+                os.makedirs(dest)
+                shutil.copy(built, dest)
+                kind = 'pure'
+            elif _pip_download(spec, dest, args.python_version, platforms, pure=True):
                 kind = 'pure'
             elif _pip_download(spec, dest, args.python_version, platforms, pure=False):
                 kind = 'compiled'

@@ -7,7 +7,6 @@ from typing import Callable, Dict, List, Optional, Set
 
 import torch
 import torch.nn as nn
-from torch._inductor import config as _inductor_config
 from torch.utils import _pytree as pytree
 
 __all__ = ['pytree', 'BatchNormBase', 'InstanceNormBase', 'global_grad_norm', 'version_counter',
@@ -56,7 +55,8 @@ def inductor_freezing():
     compiles; ``torch.compile(options={'freezing': True})`` compiles without it (no pre-packed GEMMs
     in the profile), so the config is the only switch that works.
     """
-    return _inductor_config.patch(freezing=True)
+    from torch._inductor import config  # Inductor's modules load only where something compiles
+    return config.patch(freezing=True)
 
 
 def grad_scaler_state(scaler, optimizer) -> dict:
