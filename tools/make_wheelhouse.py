@@ -135,6 +135,16 @@ def _pip_download(spec: str, dest: str, python_version: str, platforms, pure: bo
     return subprocess.run(cmd, capture_output=True, text=True).returncode == 0
 
 
+def _pip_build_pure(spec: str, dest: str) -> bool:
+    """Builds ``spec`` from its source package in pip's isolated build environment (which has no torch,
+    so mmcv's operators are not compiled); True when that gives a pure wheel."""
+    cmd = [sys.executable, '-m', 'pip', 'wheel', '--disable-pip-version-check', '-q', '--no-deps', '-w', dest, spec]
+    if subprocess.run(cmd, capture_output=True, text=True).returncode != 0:
+        return False
+    built = os.listdir(dest) if osp.isdir(dest) else []
+    return len(built) == 1 and built[0].endswith('-none-any.whl')
+
+
 def _platforms():
     """Platform tags of this interpreter, most specific first (manylinux on Linux)."""
     from packaging import tags
@@ -173,6 +183,8 @@ def build(args) -> dict:
                 kind = 'pure'
             elif _pip_download(spec, dest, args.python_version, platforms, pure=False):
                 kind = 'compiled'
+            elif _pip_build_pure(spec, dest):  # published as source only (the onedl forks)
+                kind = 'pure'
             else:
                 raise SystemExit(f'make_wheelhouse: pip found no wheel of {spec} for Python {args.python_version} '
                                  f'({", ".join(platforms[:3])}...); is PyPI reachable?')
