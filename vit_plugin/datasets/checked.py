@@ -21,7 +21,7 @@ value), instead of a failure inside the loss hours later, or a CUDA device-side 
 cause.
 """
 import os.path as osp
-from typing import Callable, List, Optional, Union
+from typing import List, Optional, Union
 
 import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
