@@ -102,7 +102,7 @@ def toy_cfg(work_dir, width, n=40, log_interval=3, max_epochs=3, validate=False,
 
 def run_xla(cfg):
     """Train ``cfg`` (e.g. :func:`toy_cfg`) with mmengine's runner on the XLA device."""
-    from vit_plugin.xla import to_xla_config  # the runner reaches torch_xla, which the classic stack has
+    from vit_plugin.xla import to_xla_config  # registers the XLA loops and wrappers, which only a run needs
 
     runner = RUNNERS.build(to_xla_config(cfg, launcher='none'))
     runner.train()
