@@ -4,9 +4,9 @@
 Mask R-CNN for 160 iterations and asserts whole-validation-set numbers (loss ratio, bbox / segm mAP_50,
 recall, precision and share of images with a detection at score 0.5 in tools/infer.py, and the untrained
 model's mAP_50). Float rounding differs between CPUs (AVX-512, AVX2, no vector kernels), so each bar must
-hold with a margin on all of them. This runs the test's recipe (``shapes_training_run``) once per seed and
-``ATEN_CPU_CAPABILITY`` value, each in its own process, and prints every run and the worst value next to
-the test's bar.
+hold with a margin on all of them. This runs the test's recipe (``shapes_training_run`` of
+``tests/helpers/shapes_detection.py``) once per seed and ``ATEN_CPU_CAPABILITY`` value, each in its own
+process, and prints every run and the worst value next to the test's bar.
 
     OMP_NUM_THREADS=1 .venv/bin/python tests/shapes_test_margins.py --seeds 0 1 2 --capabilities avx2 default
 
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-import test_detection as t  # this script's folder, tests/, is the first entry of sys.path
+from helpers import shapes_detection as t  # this script's folder, tests/, is the first entry of sys.path
 
 TESTS = osp.dirname(osp.abspath(__file__))
 REPO = osp.dirname(TESTS)
@@ -32,8 +32,8 @@ CHILD = '''
 import json
 import torch
 torch.set_num_threads({threads})
-import test_detection
-run = test_detection.shapes_training_run(__import__('pathlib').Path({work!r}), seed={seed}, **{overrides!r})
+from helpers.shapes_detection import shapes_training_run
+run = shapes_training_run(__import__('pathlib').Path({work!r}), seed={seed}, **{overrides!r})
 print('RESULT ' + json.dumps(dict(run, losses=None)))
 '''
 

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import MODELS, init_default_scope
 
 from helpers.common import REPO
+from helpers.toy_models import template_batches, toy_classifier
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
 from vit_plugin.engine.optimizers import use_mixed_precision
 
@@ -20,43 +20,15 @@ from vit_plugin.engine.optimizers import use_mixed_precision
 LOSS_ATOL = 0.01
 
 
-def _model():
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    init_default_scope('mmpretrain')
-    torch.manual_seed(0)
-    return MODELS.build(dict(
-        type='ImageClassifier',
-        data_preprocessor=dict(type='ClsDataPreprocessor', mean=[127.5] * 3, std=[127.5] * 3),
-        backbone=dict(type='vit_plugin.ViT', arch=dict(embed_dims=64, num_layers=2, num_heads=4, mlp_dims=128),
-                      img_size=32, patch_size=8),
-        head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=64,
-                  loss=dict(type='CrossEntropyLoss'))))
-
-
-def _batches(n=20, batch=16):
-    """Class templates plus noise: learnable within a few steps."""
-    from mmpretrain.structures import DataSample
-    g = torch.Generator().manual_seed(0)
-    templates = torch.randint(0, 256, (10, 3, 32, 32), generator=g).float()
-    batches = []
-    for _ in range(n):
-        labels = torch.randint(0, 10, (batch,), generator=g)
-        noise = torch.randn(batch, 3, 32, 32, generator=g) * 40
-        images = (templates[labels] + noise).clamp(0, 255).to(torch.uint8)
-        batches.append(dict(inputs=list(images), data_samples=[DataSample().set_gt_label(int(y)) for y in labels]))
-    return batches
-
-
 def _train(wrapper_type, init_state=None, probe=None):
-    model = _model()
+    model = toy_classifier()
     if init_state is not None:
         model.load_state_dict(init_state)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     wrapper = build_optim_wrapper(model, dict(type=wrapper_type, optimizer=dict(type='AdamW', lr=1e-3)))
     if probe is not None:
         probe(model)
-    losses = [model.train_step(b, wrapper)['loss'].detach().item() for b in _batches()]
+    losses = [model.train_step(b, wrapper)['loss'].detach().item() for b in template_batches()]
     return losses, state, model
 
 

@@ -42,15 +42,15 @@ def test_bf16_training_step_follows_fp32(full_fp32):
     if not _bf16_native():
         pytest.skip(f'{torch.cuda.get_device_name()} has no native bf16')
     from mmengine.optim import build_optim_wrapper
-    from test_amp import _batches, _model
+    from helpers.toy_models import template_batches, toy_classifier
 
     def train(wrapper):
-        model = _model().cuda()
+        model = toy_classifier().cuda()
         optim = build_optim_wrapper(model, dict(wrapper, optimizer=dict(type='AdamW', lr=1e-3, fused=True)))
         dtypes = {}
         model.backbone.blocks[0].attn.qkv.register_forward_hook(lambda m, a, out: dtypes.setdefault('qkv', out.dtype))
         losses = []
-        for batch in _batches():
+        for batch in template_batches():
             batch = dict(batch, inputs=[x.cuda() for x in batch['inputs']])
             losses.append(model.train_step(batch, optim)['loss'].item())
         return losses, optim, dtypes

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 
-from helpers.common import REPO, free_port, read_losses
-from test_preemption import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, run_env, signal_when,
-                             train_cmd)
+from helpers.common import REPO, free_port, read_losses, run_env
+from helpers.training_runs import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, signal_when,
+                                   train_cmd)
 from vit_plugin.apis.consolidate_checkpoint import main as consolidate
 from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem
 
@@ -27,7 +27,7 @@ ATOL = 1e-5
 
 
 def config(path, data_root, delay=0.0, **kwargs):
-    """test_preemption's iteration-based digits run without dropout, with an EMA of the weights."""
+    """The iteration-based digits run of helpers/training_runs.py without dropout, with an EMA of the weights."""
     base = iter_config(path.with_name(f'{path.stem}_base.py'), data_root, drop_rate=0.0, delay=delay, **kwargs)
     path.write_text(f"""
 _base_ = [{base!r}]

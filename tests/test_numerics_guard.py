@@ -415,7 +415,7 @@ def test_xla_run_skips_lazily_and_stops_at_the_logging_interval(tmp_path):
     # NaN at iteration 2 (skipped), then at 7, 8, 9: the streak reaches 3 at iteration 9, which
     # the host learns when the losses of iterations 7-9 arrive (logger interval 3).
     from helpers import nan_injection  # noqa: F401  (registers the hooks)
-    from test_xla import run_xla, toy_cfg
+    from helpers.xla_runs import run_xla, toy_cfg
 
     from vit_plugin.engine.hooks import NonFiniteTrainingError
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers.common import HELPERS, REPO, free_port, read_losses, run_env
-from test_preemption import iter_config, run
+from helpers.training_runs import iter_config, run
 from vit_plugin.engine.slurm import first_host, slurm_env
 
 

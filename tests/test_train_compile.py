@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers.common import read_losses
-from test_preemption import iter_config, run, train_cmd
+from helpers.training_runs import iter_config, run, train_cmd
 
 
 @pytest.mark.slow

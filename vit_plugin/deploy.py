@@ -2,9 +2,8 @@
 
 In inference the weights are constants, and Inductor can use that ("freezing"): it folds them into
 the graph and pre-packs every dense layer's weight into the GEMM library's blocked layout once,
-instead of re-laying it out on every call (B/16: RSS +491 MiB for 330 MiB of weights). On our
-2-core AVX512 machine ViT-B/16 fp32 inference went from 0.83-0.86 of the square-matmul peak in eager
-mode to 0.86-0.89 (docs/benchmarks.md). Two traps make this worth a helper:
+instead of re-laying it out on every call, at the cost of memory for the packed copies (speed and
+memory measured in docs/benchmarks.md, "Fastest CPU inference"). Two traps make this worth a helper:
 
 - freezing is read from Inductor's global config while a graph compiles, and
   ``torch.compile(model, options={'freezing': True})`` silently compiles without it (torch 2.9:

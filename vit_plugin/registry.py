@@ -11,24 +11,16 @@ for classification and self-supervision, ``mmdet`` for detection) and name our c
 ``vit_plugin.`` prefix. Unprefixed names then resolve in the host toolkit, exactly as in its own
 configs.
 """
-from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
-from mmengine.registry import EVALUATOR as MMENGINE_EVALUATOR
 from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import LOOPS as MMENGINE_LOOPS
 from mmengine.registry import METRICS as MMENGINE_METRICS
-from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
-from mmengine.registry import OPTIMIZERS as MMENGINE_OPTIMIZERS
-from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
-from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import STRATEGIES as MMENGINE_STRATEGIES
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
-from mmengine.registry import VISUALIZERS as MMENGINE_VISUALIZERS
-from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
 from mmengine.registry import Registry
 
 SCOPE = 'vit_plugin'
@@ -38,22 +30,18 @@ def _child(name, parent, locations):
     return Registry(name, parent=parent, scope=SCOPE, locations=[f'{SCOPE}.{loc}' for loc in locations])
 
 
+# ``locations``: the modules that register into each registry. mmengine imports them on the first
+# lookup; that is how the XLA components (``vit_plugin.xla``, which ``import vit_plugin`` leaves out)
+# are found when a config names them. The kinds of component the package has none of (samplers,
+# optimizers, schedulers, runners, ...) have no registry here: their names resolve in mmengine's.
 MODELS = _child('model', MMENGINE_MODELS, ['models'])
-MODEL_WRAPPERS = _child('model_wrapper', MMENGINE_MODEL_WRAPPERS, ['xla'])
-WEIGHT_INITIALIZERS = _child('weight initializer', MMENGINE_WEIGHT_INITIALIZERS, ['models'])
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['datasets'])
-DATA_SAMPLERS = _child('data sampler', MMENGINE_DATA_SAMPLERS, ['datasets'])
-TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['datasets'])
-HOOKS = _child('hook', MMENGINE_HOOKS, ['engine'])
-LOOPS = _child('loop', MMENGINE_LOOPS, ['engine', 'xla'])
-RUNNERS = _child('runner', MMENGINE_RUNNERS, ['engine'])
-STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['xla'])
-OPTIMIZERS = _child('optimizer', MMENGINE_OPTIMIZERS, ['engine'])
-OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['engine', 'xla'])
+TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['datasets.transforms'])
+HOOKS = _child('hook', MMENGINE_HOOKS, ['engine', 'xla'])
+LOOPS = _child('loop', MMENGINE_LOOPS, ['evaluation', 'xla'])
+STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['engine.fsdp2', 'xla'])
+OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['engine.optimizers', 'xla'])
 OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
-                                    MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['engine'])
-PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS, ['engine'])
+                                    MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['engine.optimizers'])
 METRICS = _child('metric', MMENGINE_METRICS, ['evaluation'])
-EVALUATOR = _child('evaluator', MMENGINE_EVALUATOR, ['evaluation'])
-VISUALIZERS = _child('visualizer', MMENGINE_VISUALIZERS, ['analysis'])
-FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['datasets'])
+FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['engine.fsdp'])

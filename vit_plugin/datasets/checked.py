@@ -21,7 +21,7 @@ value), instead of a failure inside the loss hours later, or a CUDA device-side 
 cause.
 """
 import os.path as osp
-from typing import Callable, Dict, List, Optional, Union
+from typing import List, Optional, Union
 
 import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
@@ -76,25 +76,6 @@ def _flowers(data_root, split, kwargs) -> List[str]:
     return [osp.join(data_root, name) for name in ('jpg', 'imagelabels.mat', 'setid.mat')]
 
 
-#: class name -> (mmpretrain base class name, function listing the paths to check, layout hint).
-_CHECKS: Dict[str, tuple] = {
-    'ImageNet': ('ImageNet', _folder_or_list,
-                 '<data_root>/{train,val}/... images and <data_root>/meta/{train,val}.txt, or class '
-                 'sub-folders <data_root>/train/<wnid>/*.JPEG'),
-    'ImageNet21k': ('ImageNet21k', _folder_or_list,
-                    '<data_root>/meta/train.txt ("<relative path> <label>" per line) with images under '
-                    '<data_root>/<data_prefix>, or class sub-folders <data_root>/train/<wnid>/*.JPEG'),
-    'CustomDataset': ('CustomDataset', _folder_or_list,
-                      'class sub-folders <data_root>/<data_prefix>/<class>/*.png, or a list file'),
-    'CIFAR10': ('CIFAR10', _cifar, '<data_root>/cifar-10-batches-py/ (the python version)'),
-    'CIFAR100': ('CIFAR100', _cifar, '<data_root>/cifar-100-python/ (the python version)'),
-    'OxfordIIITPet': ('OxfordIIITPet', _pets,
-                      '<data_root>/images/*.jpg and <data_root>/annotations/{trainval,test}.txt'),
-    'Flowers102': ('Flowers102', _flowers, '<data_root>/jpg/*.jpg, <data_root>/imagelabels.mat, '
-                   '<data_root>/setid.mat'),
-}
-
-
 def check_dataset_paths(name: str, paths: List[str], layout: str) -> None:
     """Raise :class:`DataRootNotFoundError` for the first path in ``paths`` that does not exist.
 
@@ -110,10 +91,6 @@ def check_dataset_paths(name: str, paths: List[str], layout: str) -> None:
                 f'data as described in {README_SECTION}, or point the config at your copy, e.g. '
                 f'`--cfg-options train_dataloader.dataset.data_root=/path/to/data '
                 f'val_dataloader.dataset.data_root=/path/to/data`.')
-
-
-#: class name -> classes put before mmpretrain's in the bases.
-_MIXINS: Dict[str, tuple] = {'ImageNet21k': (CompactListMixin,)}
 
 
 def _source(dataset) -> str:
@@ -153,8 +130,27 @@ def check_samples(dataset, name: str) -> None:
             f'the data preprocessor and the head).') from None
 
 
-def _make_checked(name: str, base_name: str, list_paths: Callable, layout: str, mixins: tuple = ()):
-    base = getattr(mmpretrain_datasets, base_name)
+def _make_checked(cls: type) -> type:
+    """Class decorator: give an mmpretrain dataset class the checks of this module.
+
+    Before mmpretrain's ``__init__`` the files the dataset reads must exist
+    (:class:`DataRootNotFoundError`); once the data is loaded there must be samples
+    (:class:`NoSamplesError`) and, given ``num_classes``, every label must lie in ``[0, num_classes)``
+    (``ListFileError``). The checks are methods of ``cls`` itself rather than of a base class, so they
+    run before those of every base, :class:`~vit_plugin.datasets.compact_index.CompactListMixin`'s
+    included (whose ``full_init`` does not call the next class's for a list file).
+
+    ``cls`` sets ``data_layout`` (the expected layout, shown to the user), ``data_paths`` (a function
+    ``(data_root, split, kwargs) -> paths`` listing what to check) and, when mmpretrain's class has a
+    default split, ``default_split``.
+
+    Args:
+        cls (type): A subclass of an mmpretrain dataset class.
+
+    Returns:
+        type: ``cls``, with ``__init__`` taking ``num_classes`` (a positive int or None).
+    """
+    name = cls.__name__
 
     def __init__(self, *args, num_classes: Optional[int] = None, **kwargs):
         if args:  # mmpretrain's classes take data_root (and split) first
@@ -164,9 +160,9 @@ def _make_checked(name: str, base_name: str, list_paths: Callable, layout: str, 
             raise ValueError(f'{name}: num_classes must be a positive int, got {num_classes!r}')
         self.num_classes = num_classes
         data_root = kwargs.get('data_root', '')
-        split = kwargs.get('split', 'trainval' if name in ('OxfordIIITPet', 'Flowers102') else '')
-        paths = ([data_root] if data_root else []) + list_paths(data_root, split, kwargs)
-        check_dataset_paths(name, paths, layout)
+        split = kwargs.get('split', getattr(cls, 'default_split', ''))
+        paths = ([data_root] if data_root else []) + cls.data_paths(data_root, split, kwargs)
+        check_dataset_paths(name, paths, cls.data_layout)
         super(cls, self).__init__(**kwargs)
 
     def full_init(self):
@@ -180,21 +176,76 @@ def _make_checked(name: str, base_name: str, list_paths: Callable, layout: str, 
             raise _no_samples(self, name)
         return super(cls, self)._serialize_data()
 
-    doc = (f"mmpretrain's ``{base_name}``, checking first that its files exist "
-           f'(:class:`DataRootNotFoundError` otherwise), then that it has samples (:class:`NoSamplesError`) '
-           f'and, given ``num_classes``, that every label lies in ``[0, num_classes)`` (``ListFileError``). '
-           f"Expected layout: {layout}. Other arguments as for mmpretrain's class.")
-    if mixins:
-        doc += (' A list file is served from an array-backed index cached as ``<ann_file>.index`` '
-                '(``index_cache=False``: not cached); see :mod:`vit_plugin.datasets.compact_index`.')
-    cls = type(name, (*mixins, base), {'__init__': __init__, 'full_init': full_init,
-                                       '_serialize_data': _serialize_data, '__doc__': doc, '__module__': __name__})
+    for method in (__init__, full_init, _serialize_data):
+        method.__qualname__ = f'{cls.__qualname__}.{method.__name__}'
+        setattr(cls, method.__name__, method)
     return cls
 
 
-for _name, (_base, _paths, _layout) in _CHECKS.items():
-    globals()[_name] = DATASETS.register_module(
-        name=_name, module=_make_checked(_name, _base, _paths, _layout, _MIXINS.get(_name, ())))
+@DATASETS.register_module()
+@_make_checked
+class ImageNet(mmpretrain_datasets.ImageNet):
+    """mmpretrain's ``ImageNet`` with the checks of :func:`_make_checked`."""
+    data_layout = ('<data_root>/{train,val}/... images and <data_root>/meta/{train,val}.txt, or class '
+                   'sub-folders <data_root>/train/<wnid>/*.JPEG')
+    data_paths = staticmethod(_folder_or_list)
 
-__all__ = ['DataRootNotFoundError', 'NoSamplesError', 'check_dataset_paths', 'check_samples', 'README_SECTION',
-           *_CHECKS]
+
+@DATASETS.register_module()
+@_make_checked
+class ImageNet21k(CompactListMixin, mmpretrain_datasets.ImageNet21k):
+    """mmpretrain's ``ImageNet21k`` with the checks of :func:`_make_checked`.
+
+    A list file is served from an array-backed index cached as ``<ann_file>.index``
+    (``index_cache=False``: not cached); see :mod:`vit_plugin.datasets.compact_index`.
+    """
+    data_layout = ('<data_root>/meta/train.txt ("<relative path> <label>" per line) with images under '
+                   '<data_root>/<data_prefix>, or class sub-folders <data_root>/train/<wnid>/*.JPEG')
+    data_paths = staticmethod(_folder_or_list)
+
+
+@DATASETS.register_module()
+@_make_checked
+class CustomDataset(mmpretrain_datasets.CustomDataset):
+    """mmpretrain's ``CustomDataset`` with the checks of :func:`_make_checked`."""
+    data_layout = 'class sub-folders <data_root>/<data_prefix>/<class>/*.png, or a list file'
+    data_paths = staticmethod(_folder_or_list)
+
+
+@DATASETS.register_module()
+@_make_checked
+class CIFAR10(mmpretrain_datasets.CIFAR10):
+    """mmpretrain's ``CIFAR10`` with the checks of :func:`_make_checked`."""
+    data_layout = '<data_root>/cifar-10-batches-py/ (the python version)'
+    data_paths = staticmethod(_cifar)
+
+
+@DATASETS.register_module()
+@_make_checked
+class CIFAR100(mmpretrain_datasets.CIFAR100):
+    """mmpretrain's ``CIFAR100`` with the checks of :func:`_make_checked`."""
+    data_layout = '<data_root>/cifar-100-python/ (the python version)'
+    data_paths = staticmethod(_cifar)
+
+
+@DATASETS.register_module()
+@_make_checked
+class OxfordIIITPet(mmpretrain_datasets.OxfordIIITPet):
+    """mmpretrain's ``OxfordIIITPet`` with the checks of :func:`_make_checked`."""
+    data_layout = '<data_root>/images/*.jpg and <data_root>/annotations/{trainval,test}.txt'
+    data_paths = staticmethod(_pets)
+    default_split = 'trainval'
+
+
+@DATASETS.register_module()
+@_make_checked
+class Flowers102(mmpretrain_datasets.Flowers102):
+    """mmpretrain's ``Flowers102`` with the checks of :func:`_make_checked`."""
+    data_layout = '<data_root>/jpg/*.jpg, <data_root>/imagelabels.mat, <data_root>/setid.mat'
+    data_paths = staticmethod(_flowers)
+    default_split = 'trainval'
+
+
+__all__ = ['DataRootNotFoundError', 'NoSamplesError', 'check_dataset_paths',
+           'check_samples', 'README_SECTION', 'ImageNet', 'ImageNet21k', 'CustomDataset', 'CIFAR10', 'CIFAR100',
+           'OxfordIIITPet', 'Flowers102']

@@ -39,7 +39,7 @@ def _pinv_resize_matrix(old: Tuple[int, int], new: Tuple[int, int], mode: str, a
     # ~6x cheaper than an SVD of M (256 x 1024 for /16 -> /32), and interpolation matrices are well
     # conditioned (cond ~2), so squaring the condition number costs nothing in float64.
     # The matrices are small (at most a few thousand rows): LAPACK's threading only adds overhead, and on
-    # a busy machine its threads turn a 40 ms solve into seconds, so solve on one thread.
+    # a busy machine its threads turn a solve of milliseconds into seconds, so solve on one thread.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

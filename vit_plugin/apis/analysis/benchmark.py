@@ -8,7 +8,7 @@ the median of the per-round ratios to the faster peer (paired, so drift between 
 Two references are timed in the same rounds, and each model's achieved GFLOP/s (analytic FLOPs of
 the architecture / time) is given as a fraction of both, again as the median of per-round ratios:
 the machine's matmul peak (a square 2048 matmul in the run's dtype, read just before and just after
-each model's timing, since this VM's speed changes within seconds) and, for fp32 inference, the
+each model's timing, since a shared machine's speed can change within seconds) and, for fp32 inference, the
 "GEMM ceiling": the model's own matrix products alone (dense layers and attention matmuls with their
 real shapes, back to back), i.e. what the model would reach if everything else (norms, GELU,
 softmax, residuals, layouts) were free. On CPUs with AVX512-BF16 (or AMX-BF16) bf16 autocast
@@ -194,10 +194,10 @@ def time_rounds(steps: Dict[str, Callable], peak_step: Callable, peak_flops: flo
     """Time every step once per round, in turns, with the matmul peak read between them.
 
     Returns the seconds per iteration of each step in each round, and for each step and round the
-    peak GFLOP/s as the mean of the readings just before and just after it. This VM's speed changes
-    within seconds, so a fraction of peak is only meaningful against a peak read at the same moment.
-    A reading times ``peak_iters`` matmuls back to back (single 2048 matmuls here range from 100 to
-    200 GFLOP/s from one call to the next). ``stopwatch``: :class:`CudaStopwatch` on a GPU.
+    peak GFLOP/s as the mean of the readings just before and just after it. A shared machine's speed
+    can change within seconds, so a fraction of peak is only meaningful against a peak read at the same
+    moment. A reading times ``peak_iters`` matmuls back to back, since single matmuls vary widely from
+    one call to the next (docs/benchmarks.md). ``stopwatch``: :class:`CudaStopwatch` on a GPU.
     """
     watch = stopwatch or Stopwatch()
 

@@ -64,10 +64,9 @@ class SimpleFeaturePyramid(BaseModule):
             starting at stride 8 (use factors (2.0, 1.0, 0.5)).
         norm (str): Normalisation after each projection (and inside the 4x branch): 'LN', LayerNorm
             over channels at every position (ViTDet), or 'GN', GroupNorm with up to 32 groups.
-            Defaults to 'LN'. For ViT maps (already layer-normed tokens) both work; with a ReLU CNN
-            map (a ResNet-18's stride-16 stage) we measured LN training to near-zero mAP on the shapes
-            set (bbox 0.005 after 10 epochs, gradient norms in the hundreds, so clipping stalled it)
-            and GN to 0.199.
+            Defaults to 'LN'. For ViT maps (already layer-normed tokens) both work; for a ReLU CNN
+            map use 'GN': LN's gradient norms there are large enough for clipping to stall training
+            (results in docs/detection.md, "Pyramid").
         norm_eps (float): Epsilon of the norms. Defaults to 1e-6.
         init_cfg (dict | list[dict], optional): Defaults to Kaiming-uniform convolutions (a=1, as in
             mmdet's FPN/ViTDet's c2_xavier_fill) with zero biases.
