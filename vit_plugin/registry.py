@@ -37,7 +37,9 @@ def _child(name, parent, locations):
 MODELS = _child('model', MMENGINE_MODELS, ['models'])
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['datasets'])
 TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['datasets.transforms'])
-HOOKS = _child('hook', MMENGINE_HOOKS, ['engine', 'xla'])
+# The XLA hooks register when the XLA launcher imports vit_plugin.xla; naming it here would import the XLA
+# path into every run that builds a hook.
+HOOKS = _child('hook', MMENGINE_HOOKS, ['engine'])
 LOOPS = _child('loop', MMENGINE_LOOPS, ['evaluation', 'xla'])
 STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['engine.fsdp2', 'xla'])
 OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['engine.optimizers', 'xla'])
