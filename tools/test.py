@@ -8,7 +8,8 @@ has an ``EMAHook`` and the checkpoint holds an EMA state, the averaged weights a
 
 The code is :mod:`vit_plugin.apis.test`, over the functions of :mod:`vit_plugin.apis.launch`.
 """
+from vit_plugin.apis.launch import run_as_script
 from vit_plugin.apis.test import main
 
 if __name__ == '__main__':
-    main()
+    run_as_script(main)

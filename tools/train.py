@@ -20,7 +20,8 @@ SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and e
 
 The code is :mod:`vit_plugin.apis.train`, over one function per concern in :mod:`vit_plugin.apis.launch`.
 """
+from vit_plugin.apis.launch import run_as_script
 from vit_plugin.apis.train import main
 
 if __name__ == '__main__':
-    main()
+    run_as_script(main)

@@ -15,11 +15,13 @@ of :mod:`vit_plugin.apis.train` (or :mod:`vit_plugin.apis.test`):
 * the run: :func:`build_runner`, :func:`run_training`, and :func:`exit_on_expected_errors`, which turns the
   errors a user can fix into one message and an exit status.
 """
+import gc
+import logging
 import os
 import os.path as osp
 import sys
 from contextlib import contextmanager
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 from mmengine.config import Config
@@ -32,6 +34,7 @@ from vit_plugin.engine.device_defaults import apply_device_defaults
 from vit_plugin.engine.global_batch import apply_global_batch_size, world_size_from_env
 from vit_plugin.engine.hooks import NonFiniteTrainingError
 from vit_plugin.engine.optimizers import resolve_precision, use_mixed_precision
+from vit_plugin.engine.preemption import TrainingPreempted
 from vit_plugin.engine.slurm import slurm_env
 from vit_plugin.xla import launch_training, to_xla_config
 
@@ -248,7 +251,53 @@ def run_training(cfg: Config, world_size: Optional[int], xla_spmd: bool = False,
     if world_size is None:
         launch_training(cfg, prepare=apply_global_batch_size, spmd=xla_spmd, layer_scan=xla_layer_scan)
         return
-    build_runner(cfg).train()
+    try:
+        build_runner(cfg).train()
+    except TrainingPreempted:  # every process stops at the same iteration: the group can go too
+        release_process_group()
+        raise
+    release_process_group()
+
+
+def release_process_group() -> None:
+    """Destroys the default process group, if this process has one, once the run is over.
+
+    mmengine leaves it to the interpreter's exit. Only after a run, where every process ends at the same
+    point: a group destroyed while another process still waits in a collective would fail that one.
+    """
+    global _JOINED_GROUP
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+        _JOINED_GROUP = True
+
+
+#: Whether this process took part in a multi-process run (see :func:`run_as_script`).
+_JOINED_GROUP = False
+
+
+def run_as_script(main: Callable[[], Any]) -> None:
+    """Runs a tool's ``main`` as the whole work of the process and exits with its status.
+
+    A process of a multi-process run leaves through ``os._exit`` once its output is flushed: with torch
+    2.15 and Gloo, a rank that has finished and saved everything can still abort in the interpreter's
+    C++ teardown ('terminate called without an active exception', exit -6), and torchrun then reports
+    the whole job as failed. A single process, or one that ends in an error, exits as usual.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code
+    if not _JOINED_GROUP:
+        sys.exit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    gc.collect()  # data-loader iterators of the finished run shut their worker processes down
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 @contextmanager

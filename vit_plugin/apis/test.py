@@ -8,8 +8,8 @@ from mmengine.config import Config, DictAction
 
 from vit_plugin.engine.hooks import use_input_norm_check
 
-from .launch import (LAUNCHERS, build_runner, exit_on_expected_errors, merge_cfg_options, set_work_dir, setup_launcher,
-                     use_device_defaults)
+from .launch import (LAUNCHERS, build_runner, exit_on_expected_errors, merge_cfg_options, release_process_group,
+                     set_work_dir, setup_launcher, use_device_defaults)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -53,6 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, float]:
     with exit_on_expected_errors():
         runner = build_runner(cfg)
         metrics = runner.test()
+    release_process_group()
     if args.out and runner.rank == 0:
         with open(args.out, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items()}, f, indent=1)
