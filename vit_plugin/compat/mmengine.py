@@ -14,7 +14,7 @@ from vit_plugin.compat import Inherited
 __all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'InfiniteDataloaderIterator', 'update_losses',
            'is_local_uri', 'save_checkpoint_as_configured', 'resumes', 'accumulative_counts',
            'copy_scheduler_counter_mark', 'normalizes', 'converts_channels', 'dataset_indices',
-           'INHERITED']
+           'AfterCheckpointSaved', 'INHERITED']
 
 # DDPStrategy and SingleDeviceStrategy: the bases of FSDP2Strategy and XLAStrategy. mmengine keeps its
 # strategies in ``mmengine._strategy`` and exports them nowhere else; the STRATEGIES registry returns
@@ -34,6 +34,23 @@ def is_local_uri(uri: Any) -> bool:
     paths remote.
     """
     return _parse_uri_prefix(str(uri)) == ''
+
+
+class AfterCheckpointSaved:
+    """Gives a subclass of mmengine's ``CheckpointHook`` an ``after_checkpoint_saved(runner)`` method,
+    called once each checkpoint is written (put it before ``CheckpointHook`` among the bases).
+
+    Every save of ``CheckpointHook`` (by epoch, by iteration, the last one) goes through its private
+    ``_save_checkpoint_with_step``; mmengine offers no public point right after a save. Checked against
+    mmengine 0.10.7 and onedl-mmengine 0.10.12.
+    """
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        super()._save_checkpoint_with_step(runner, step, meta)
+        self.after_checkpoint_saved(runner)
+
+    def after_checkpoint_saved(self, runner) -> None:
+        """Runs after each checkpoint has been written; ``self.last_ckpt`` names it."""
 
 
 def save_checkpoint_as_configured(hook, runner) -> None:
@@ -108,8 +125,8 @@ INHERITED: Dict[str, Inherited] = {
     '_setup_distributed': Inherited(
         _STRATEGY, (_XLA_STRATEGY,), 'starts the process group; XLA starts its own runtime instead'),
     '_save_checkpoint_with_step': Inherited(
-        'mmengine.hooks.checkpoint_hook:CheckpointHook', ('vit_plugin.engine.checkpointing:AtomicCheckpointHook',),
-        'the one step every CheckpointHook save goes through; the atomic record is written after it'),
+        'mmengine.hooks.checkpoint_hook:CheckpointHook', ('vit_plugin.compat.mmengine:AfterCheckpointSaved',),
+        'the one step every CheckpointHook save goes through; AfterCheckpointSaved calls its subclass after it'),
     '_swap_ema_parameters': Inherited(
         'mmengine.hooks.ema_hook:EMAHook', ('vit_plugin.engine.hooks.sharded_ema_hook:ShardedEMAHook',),
         'swaps averaged and trained weights around validation and saving; the sharded mirror pairs them by name'),

@@ -224,7 +224,7 @@ def find_resumable_checkpoint(work_dir: str, warn: Optional[Callable[[str], None
 
 
 @HOOKS.register_module()
-class AtomicCheckpointHook(CheckpointHook):
+class AtomicCheckpointHook(mmengine_compat.AfterCheckpointSaved, CheckpointHook):
     """mmengine's ``CheckpointHook`` with crash-safe files; takes the same arguments.
 
     Local checkpoints are written through :class:`AtomicLocalBackend` (unless ``backend_args`` names
@@ -239,7 +239,6 @@ class AtomicCheckpointHook(CheckpointHook):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
         super().before_train(runner)
 
-    def _save_checkpoint_with_step(self, runner, step, meta):
-        super()._save_checkpoint_with_step(runner, step, meta)
+    def after_checkpoint_saved(self, runner) -> None:
         if is_main_process() and mmengine_compat.is_local_uri(self.last_ckpt):
             write_last_checkpoint(runner.work_dir, self.last_ckpt)
