@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from _official_npz import official_arrays, save_npz
-from vit_plugin.checkpoint.layout import GELU_KEY, NORM_KEY
+from vit_plugin.checkpoint.records import GELU_KEY, NORM_KEY
 from vit_plugin.converters import (ConversionError, convert_jax_vit, finetune_transfer, load_official_npz,
                                    mmpretrain_to_vit, timm_to_vit, vit_to_mmpretrain, vit_to_timm)
 from vit_plugin.models import HybridViT, ViT
@@ -386,8 +386,9 @@ def test_mmpretrain_names_both_ways_match_mmpretrain(tmp_path):
 
 
 def test_models_do_not_import_converters_and_key_names_have_one_home():
-    """The models' loading code and the converters share key names through vit_plugin.checkpoint.layout,
-    which imports nothing from the package; the models never import the converters."""
+    """The models' loading code and the converters share key names through vit_plugin.checkpoint.records
+    and vit_plugin.checkpoint.key_maps, which import nothing from the package; the models never import the
+    converters."""
     import ast
     package = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'vit_plugin')
 
@@ -405,8 +406,9 @@ def test_models_do_not_import_converters_and_key_names_have_one_home():
             if name.endswith('.py'):
                 path = osp.join(directory, name)
                 assert not [m for m in imported(path) if 'converters' in m], path
-    layout = imported(osp.join(package, 'checkpoint', 'layout.py'))
-    assert not [m for m in layout if m.startswith('.') or m.startswith('vit_plugin')], layout
+    for name in ('records.py', 'key_maps.py'):
+        names = imported(osp.join(package, 'checkpoint', name))
+        assert not [m for m in names if m.startswith('.') or m.startswith('vit_plugin')], (name, names)
 
 
 def test_tool_resizes_unrecorded_weights_like_the_models_do(tmp_path, capsys):

@@ -17,8 +17,8 @@ from mmpretrain.registry import MODELS
 
 from _official_npz import official_arrays, save_npz
 from helpers.common import REPO
-from vit_plugin.checkpoint.layout import NORM_KEY
-from vit_plugin.converters.files import convert_checkpoint_file
+from vit_plugin.checkpoint.records import NORM_KEY
+from vit_plugin.converters.convert_file import convert_checkpoint_file
 from vit_plugin.models import check_input_normalization
 from vit_plugin.models.backbones.vit import ViT
 
@@ -117,7 +117,7 @@ def test_official_weights_warn_under_imagenet_normalisation_only(official_checkp
 
 
 def test_models_do_not_import_converters():
-    """Key names live in vit_plugin.checkpoint.layout, which both use; models never import converters
+    """Key names live in vit_plugin.checkpoint.records and key_maps, which both use; models never import converters
     and the checkpoint package imports neither (no import cycle)."""
     root = osp.join(REPO, 'vit_plugin')
     for package, forbidden in (('models', ('converters', )), ('checkpoint', ('converters', 'models'))):

@@ -16,7 +16,7 @@ from mmpretrain.registry import MODELS
 
 import vit_plugin  # noqa: F401  (registers the vit_plugin scope)
 from vit_plugin.converters import ConversionError, detect_torch_format, mmpretrain_mim_to_vit
-from vit_plugin.converters.files import convert_checkpoint_file
+from vit_plugin.converters.convert_file import convert_checkpoint_file
 from vit_plugin.models.selfsup import PatchHOGGenerator
 
 PROJECT = osp.join(REPO, 'projects', 'masked_patch_prediction')

@@ -19,9 +19,9 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 from mmpretrain.models import VisionTransformer
 
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
-from vit_plugin.checkpoint.layout import mmpretrain_to_ours_key
+from vit_plugin.checkpoint.key_maps import mmpretrain_to_ours_key
 from vit_plugin.converters import mmpretrain_to_vit, vit_to_mmpretrain
-from vit_plugin.converters.files import convert_checkpoint_file
+from vit_plugin.converters.convert_file import convert_checkpoint_file
 from vit_plugin.models import ViT
 
 ATOL = 1e-5

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from scipy import ndimage
 
-from vit_plugin.checkpoint.layout import MODE_KEY, decode_resize_mode, encode_resize_mode
+from vit_plugin.checkpoint.records import MODE_KEY, decode_resize_mode, encode_resize_mode
 from vit_plugin.models import ViT
 from vit_plugin.models import load_adapt
 from vit_plugin.models.patch_resize import resize_patch_embed

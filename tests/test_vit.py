@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from mmengine.registry import DefaultScope
 
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
-from vit_plugin.checkpoint.layout import GELU_KEY
+from vit_plugin.checkpoint.records import GELU_KEY
 from vit_plugin.models.backbones import ViT
 
 TINY = dict(embed_dims=48, num_layers=3, num_heads=3, mlp_dims=96)

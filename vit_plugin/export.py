@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from vit_plugin.compat import mmpretrain as mmpretrain_compat
-from vit_plugin.checkpoint.fit import checkpoint_classes, load_checkpoint_strict
+from vit_plugin.checkpoint.strict_load import checkpoint_classes, load_checkpoint_strict
 from vit_plugin.models.input_norm import preprocessor_norm
 
 

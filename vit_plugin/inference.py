@@ -21,7 +21,7 @@ from mmengine.dataset import default_collate
 from mmpretrain.apis import ImageClassificationInferencer, get_model
 
 from vit_plugin.compat import mmpretrain as mmpretrain_compat
-from vit_plugin.checkpoint.fit import (checkpoint_classes, fit_state_dict, load_checkpoint_strict,
+from vit_plugin.checkpoint.strict_load import (checkpoint_classes, fit_state_dict, load_checkpoint_strict,
                                        load_state_dict_strict, state_dict_of)
 from vit_plugin.datasets.decode import DEFAULT_MAX_PIXELS, decode_image
 from vit_plugin.datasets.transforms import LoadImageFromFile

@@ -46,4 +46,4 @@ OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['engine.optim
 OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
                                     MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['engine.optimizers'])
 METRICS = _child('metric', MMENGINE_METRICS, ['evaluation'])
-FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['engine.fsdp'])
+FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['engine.fsdp2'])

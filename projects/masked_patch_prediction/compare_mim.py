@@ -67,7 +67,7 @@ def encoder_checkpoint(run, convert):
     MAE / MaskFeat encoder (written next to the runner's). Returns (path, conversion summary or None)."""
     if not convert:
         return run['checkpoint'], None
-    from vit_plugin.converters.files import convert_checkpoint_file
+    from vit_plugin.converters.convert_file import convert_checkpoint_file
     dst = osp.join(osp.dirname(run['checkpoint']), 'encoder_vit_plugin.pth')
     report, _ = convert_checkpoint_file(run['checkpoint'], dst, src_format='mmpretrain_mim', show_progress=False)
     return dst, dict(loaded=len(report.loaded), dropped=report.dropped, notes=report.notes)

@@ -14,7 +14,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 from mmengine.utils import import_modules_from_strings
 
 from vit_plugin.checkpoint import is_checkpoint_path
-from vit_plugin.checkpoint.fit import CheckpointMismatchError, state_dict_of
+from vit_plugin.checkpoint.strict_load import CheckpointMismatchError, state_dict_of
 from vit_plugin.models import ViT
 
 

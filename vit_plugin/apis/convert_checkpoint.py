@@ -28,7 +28,7 @@ import sys
 
 from vit_plugin.checkpoint import CheckpointError, CheckpointFormatError, HubCheckpointError
 from vit_plugin.converters import ConversionError
-from vit_plugin.converters.files import DST_FORMATS, SRC_FORMATS, convert_checkpoint_file
+from vit_plugin.converters.convert_file import DST_FORMATS, SRC_FORMATS, convert_checkpoint_file
 from vit_plugin.models.pos_embed import RESIZE_MODES
 
 

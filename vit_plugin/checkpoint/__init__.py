@@ -1,4 +1,4 @@
-from .fit import CheckpointMismatchError, load_checkpoint_strict
+from .strict_load import CheckpointMismatchError, load_checkpoint_strict
 from .formats import META_KEY, CheckpointFormatError, read_safetensors, sniff_checkpoint, write_safetensors
 from .hub import HUB_PREFIX, HubCheckpointError, resolve_hub_checkpoint
 from .safe_load import (SAFE_GLOBALS, TRUST_ENV, CheckpointError, CheckpointFileError, UnsafeCheckpointError, install,

@@ -11,7 +11,7 @@ from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionRep
 from .jax_npz import convert_jax_vit, inspect_jax_vit, load_official_npz, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
-from .transfer import finetune_transfer
+from .finetune_head import finetune_transfer
 from .transformers_vit import (adapt_transformers_checkpoint, is_transformers_vit, read_transformers_config,
                                transformers_to_vit, vit_to_transformers)
 

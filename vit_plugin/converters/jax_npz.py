@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..checkpoint.layout import (GELU_KEY, MODE_KEY, NORM_KEY, OFFICIAL_INPUT_NORM, encode_gelu, encode_input_norm,
-                                 encode_resize_mode)
+from ..checkpoint.records import (GELU_KEY, MODE_KEY, NORM_KEY, OFFICIAL_INPUT_NORM, encode_gelu, encode_input_norm,
+                                  encode_resize_mode)
 from ..models.pos_embed import infer_grid
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport, progress
 

@@ -8,7 +8,7 @@ mostly about the surroundings: timm's ``head`` becomes mmpretrain's ``VisionTran
 So is timm's ``fc_norm``: it normalises whatever timm's ``global_pool`` pooled (class token or
 mean), which the state dict does not say. mmpretrain's ``VisionTransformer`` uses other names
 (``layers.i.ln1``, ``ffn.layers.0.0``, ``attn.gamma1``, ``ln2`` ...) for the same tensors in the same
-layout (see :mod:`vit_plugin.checkpoint.layout`).
+layout (see :mod:`vit_plugin.checkpoint.key_maps`).
 """
 import math
 import re
@@ -16,11 +16,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..checkpoint.layout import (RECORD_KEYS, TIMM_KEY_RE, mmpretrain_to_ours_key, ours_to_mmpretrain_key,
-                                 swiglu_blocks)
+from ..checkpoint.key_maps import TIMM_KEY_RE, mmpretrain_to_ours_key, ours_to_mmpretrain_key, swiglu_blocks
+from ..checkpoint.records import RECORD_KEYS
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionReport, strip_prefix
 
-#: Backbone keys of ours that are not weights: the grid buffer and the records (see checkpoint.layout).
+#: Backbone keys of ours that are not weights: the grid buffer and the records (see checkpoint.records).
 _OURS_EXTRA = ('pos_embed_grid', *RECORD_KEYS)
 
 

@@ -22,7 +22,7 @@ transformers                                               ours
 =========================================================  =====================================
 
 The config's epsilon and activation travel with the converted weights as records
-(:data:`~vit_plugin.checkpoint.layout.NORM_EPS_KEY`, :data:`~vit_plugin.checkpoint.layout.GELU_KEY`),
+(:data:`~vit_plugin.checkpoint.records.NORM_EPS_KEY`, :data:`~vit_plugin.checkpoint.records.GELU_KEY`),
 which the backbone applies when it loads them, with a warning where they differ from its own.
 """
 import json
@@ -34,8 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from mmengine.logging import print_log
 
-from ..checkpoint.layout import (GELU_KEY, NORM_EPS_KEY, RECORD_KEYS, decode_gelu, decode_norm_eps, encode_gelu,
-                                 encode_norm_eps)
+from ..checkpoint.records import (GELU_KEY, NORM_EPS_KEY, RECORD_KEYS, decode_gelu, decode_norm_eps, encode_gelu,
+                                  encode_norm_eps)
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport, unwrap_state_dict
 
 #: ``hidden_act`` values and the GELU of ours that computes them ('none': exact erf GELU, 'tanh': its

@@ -3,7 +3,7 @@
 The official ViT weights were trained on pixels scaled to [-1, 1] (mean = std = 127.5), not with
 ImageNet's mean/std. Given ImageNet-normalised inputs they still run, but lose several points of
 accuracy, and nothing fails. Checkpoints converted from the official release record the
-normalisation (``input_normalization``, see :mod:`vit_plugin.checkpoint.layout`); every path that
+normalisation (``input_normalization``, see :mod:`vit_plugin.checkpoint.records`); every path that
 loads them leaves it on the backbone (``expected_input_norm``), and :func:`check_input_normalization`
 compares it with the model's data preprocessor. ``tools/train.py``, ``tools/test.py`` and
 ``tools/infer.py`` run the check (the first two through :class:`~vit_plugin.engine.hooks.InputNormCheckHook`).

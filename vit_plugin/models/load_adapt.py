@@ -13,7 +13,7 @@ What it does, for the keys under ``prefix``:
 * ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
   release) is consumed: it selects the interpolation and overrides the model's
   ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
-  (:func:`~vit_plugin.checkpoint.layout.resize_mode_for`);
+  (:func:`~vit_plugin.checkpoint.records.resize_mode_for`);
 * ``input_normalization`` (the official release's mean = std = 127.5) is consumed into the model's
   ``expected_input_norm``, recorded again when saved, and checked against the data preprocessor by
   :func:`~vit_plugin.models.input_norm.check_input_normalization`;
@@ -49,9 +49,10 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from vit_plugin.checkpoint.layout import (GELU_KEY, NORM_EPS_KEY, NORM_KEY, decode_gelu, decode_input_norm,
-                                         decode_norm_eps, encode_gelu, encode_input_norm, encode_norm_eps,
-                                         mmpretrain_to_ours_key, resize_mode_for)
+from vit_plugin.checkpoint.key_maps import mmpretrain_to_ours_key
+from vit_plugin.checkpoint.records import (GELU_KEY, NORM_EPS_KEY, NORM_KEY, decode_gelu, decode_input_norm,
+                                          decode_norm_eps, encode_gelu, encode_input_norm, encode_norm_eps,
+                                          resize_mode_for)
 from .patch_resize import resize_patch_embed
 from .pos_embed import infer_grid, resize_pos_embed
 from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table

@@ -10,7 +10,7 @@ import torch
 from ..checkpoint import read_checkpoint_file, sniff_checkpoint, write_safetensors
 from ..checkpoint.formats import folder_weights
 from ..checkpoint.hub import HUB_PREFIX, resolve_hub_checkpoint
-from ..checkpoint.layout import MODE_KEY, encode_resize_mode, resize_mode_for
+from ..checkpoint.records import MODE_KEY, encode_resize_mode, resize_mode_for
 from ..models.backbones.vit_arch import VIT_ARCHS
 from ..models.layers import swiglu_hidden_dims
 from ..models.patch_resize import resize_patch_embed
@@ -19,7 +19,7 @@ from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, Conver
 from .jax_npz import convert_jax_vit, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
-from .transfer import finetune_transfer
+from .finetune_head import finetune_transfer
 from .transformers_vit import is_transformers_vit, read_transformers_config, transformers_to_vit, vit_to_transformers
 
 SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'mmpretrain_mim', 'vit_plugin', 'transformers')
