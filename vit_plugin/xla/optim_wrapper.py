@@ -14,10 +14,11 @@ What changes compared with mmengine's ``OptimWrapper`` (everything else -- gradi
   :meth:`XLAOptimWrapper.install_nonfinite_guard`) the check stays on the device: the update is
   computed and then selected with ``torch.where(ok, new, old)`` for every parameter and optimizer
   state tensor, so a bad step changes nothing without a host read; the skip counters travel to the
-  host with the logged losses (once per logging interval), and the hook stops the run there.
+  host with the logged losses (once per logging interval), where the hook reads them
+  (:meth:`XLAOptimWrapper.nonfinite_counts`) and stops the run.
 """
 from contextlib import contextmanager
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -30,6 +31,9 @@ from vit_plugin.registry import OPTIM_WRAPPERS
 from . import runtime
 
 _DTYPES = {'bfloat16': torch.bfloat16, 'bf16': torch.bfloat16}
+
+#: Names of the guard's counters among the scalars of :meth:`XLAOptimWrapper.pop_scalars`.
+SKIPPED, LONGEST_STREAK = 'nonfinite_skipped', 'nonfinite_max_streak'
 
 
 def _upload(tensor: torch.Tensor, device) -> torch.Tensor:
@@ -166,8 +170,17 @@ class XLAOptimWrapper(OptimWrapper):
         self._guard['skipped'] = self._guard['skipped'] + bad
         self._guard['worst'] = torch.maximum(self._guard['worst'], streak)
         # Logged with the losses; the hook reads them on the host when they arrive.
-        self._pending_scalars.update(nonfinite_skipped=self._guard['skipped'],
-                                     nonfinite_max_streak=self._guard['worst'])
+        self._pending_scalars.update({SKIPPED: self._guard['skipped'], LONGEST_STREAK: self._guard['worst']})
+
+    @staticmethod
+    def nonfinite_counts(message_hub) -> Optional[Tuple[int, int]]:
+        """(updates skipped, longest streak) of the guard as last logged, or None before the counters
+        first reached the host (:class:`~vit_plugin.xla.hooks.XLARuntimeInfoHook` logs them as
+        ``train/<name>``)."""
+        scalars = message_hub.log_scalars
+        if f'train/{LONGEST_STREAK}' not in scalars:
+            return None
+        return int(scalars[f'train/{SKIPPED}'].current()), int(scalars[f'train/{LONGEST_STREAK}'].current())
 
     def _clip_grad(self) -> None:
         params: List[torch.Tensor] = [

@@ -1,6 +1,8 @@
+from ..optimizers.nonfinite_step import NonFiniteGuard
 from .fewshot_hook import FewShotEvalHook
 from .input_norm_hook import InputNormCheckHook, use_input_norm_check
-from .nonfinite_guard import LossScaleCollapseError, NonFiniteGuard, NonFiniteGuardHook, NonFiniteTrainingError
+from .nonfinite_guard import NonFiniteGuardHook
+from .nonfinite_reads import LossScaleCollapseError, NonFiniteTrainingError
 from .pos_embed_hooks import PosEmbedResizeHook
 from .rng_reseed_hook import RNGReseedHook
 from .sharded_ema_hook import ShardedEMAHook, mirror_tensors
