@@ -8,37 +8,37 @@ resolution or patch size enters a :class:`~vit_plugin.models.ViT` (or a subclass
 runs first does the work and logs it; the second finds nothing left to change, so every resize is
 logged exactly once.
 
-What it does, for the keys under ``prefix``:
+What it does, for the keys under ``prefix``, in this order (one function per step):
 
-* ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
-  release) is consumed: it selects the interpolation and overrides the model's
-  ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
-  (:func:`~vit_plugin.checkpoint.records.resize_mode_for`);
-* ``input_normalization`` (the official release's mean = std = 127.5) is consumed into the model's
-  ``expected_input_norm``, recorded again when saved, and checked against the data preprocessor by
-  :func:`~vit_plugin.models.input_norm.check_input_normalization`;
+* a whole-classifier checkpoint (``backbone.*``, ``head.*``) loaded into a bare backbone gives it
+  its ``backbone.`` part (logged), as ``prefix='backbone.'`` would; where that part is ambiguous
+  (several ViTs in the file) or absent, the load is refused;
+* mmpretrain ``VisionTransformer`` key names are renamed to ours (layer scale, ``pre_norm``, the
+  ``ln2`` of ``avg_featmap`` and the SwiGLU MLP included);
 * ``gelu_approximate`` (recorded with weights trained with the tanh GELU, e.g. the official ones) is
   consumed and sets the model's MLP GELU to it, logged as a warning when that changes the model; the
   model records it again when saved (:func:`record_gelu`);
 * ``layer_norm_eps`` (recorded with weights whose LayerNorms used another epsilon, e.g. 1e-12 of
   ``transformers`` ports) is consumed and sets every LayerNorm of the backbone to it, logged as a
   warning when that changes the model; recorded again when saved (:func:`record_norm_eps`);
-* ``pos_embed`` is resized to the model's patch grid. The source grid comes from the incoming
-  ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
-  tables only; a non-square table without metadata is an error asking for the grid);
+* ``input_normalization`` (the official release's mean = std = 127.5) is consumed into the model's
+  ``expected_input_norm``, recorded again when saved, and checked against the data preprocessor by
+  :func:`~vit_plugin.models.input_norm.check_input_normalization`;
+* ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
+  release) is consumed: it selects the interpolation and overrides the model's
+  ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
+  (:func:`~vit_plugin.checkpoint.records.resize_mode_for`);
+* a checkpoint of another width, depth or input-channel count, or with other blocks (layer scale,
+  ``pre_norm``, MLP width or type), is refused with a message naming the key and the fix --
+  otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave parts of the backbone
+  random (the input-channel count is checked with the patch kernel);
 * ``patch_embed.proj.weight`` with another kernel size is resized by the pseudo-inverse
   (:func:`~vit_plugin.models.patch_resize.resize_patch_embed`);
 * relative position tables (``use_rel_pos``) of another length are resized linearly, absent ones
   start at zero (ViTDet's initialisation), and tables for a model without them are refused;
-* mmpretrain ``VisionTransformer`` key names are renamed to ours (layer scale, ``pre_norm``, the
-  ``ln2`` of ``avg_featmap`` and the SwiGLU MLP included);
-* a whole-classifier checkpoint (``backbone.*``, ``head.*``) loaded into a bare backbone gives it
-  its ``backbone.`` part (logged), as ``prefix='backbone.'`` would; where that part is ambiguous
-  (several ViTs in the file) or absent, the load is refused;
-* a checkpoint of another width, depth or input-channel count, or with other blocks (layer scale,
-  ``pre_norm``, MLP width or type), is refused with a message naming the key and the fix --
-  otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave parts of the backbone
-  random.
+* ``pos_embed`` is resized to the model's patch grid. The source grid comes from the incoming
+  ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
+  tables only; a non-square table without metadata is an error asking for the grid).
 """
 import logging
 import math
@@ -70,7 +70,7 @@ _BACKBONE_PARTS = ('backbone.', 'module.backbone.')
 _PATCH_KERNELS = ('patch_embed.proj.weight', 'patch_embed.projection.weight')  # ours/timm, mmpretrain
 
 
-def _take_backbone_part(model, state_dict, prefix) -> Optional[str]:
+def _take_backbone_part(model, state_dict, prefix) -> List[str]:
     """A bare backbone given a whole model's weights takes their ``backbone.`` part, in place.
 
     A plain or ``init_cfg`` load without ``prefix='backbone.'`` would otherwise match no key and, being
@@ -79,7 +79,7 @@ def _take_backbone_part(model, state_dict, prefix) -> Optional[str]:
     the part, and a ViT under another name is not guessed at.
     """
     if prefix + 'pos_embed' in state_dict:
-        return None
+        return []
     suffix = '.pos_embed'
     parts = sorted({k[len(prefix):len(k) - len(suffix) + 1] for k in state_dict
                     if k.startswith(prefix) and k.endswith(suffix)})
@@ -87,17 +87,16 @@ def _take_backbone_part(model, state_dict, prefix) -> Optional[str]:
     vits = [p for p in parts if any(prefix + p + name in state_dict for name in _PATCH_KERNELS)]
     parts = vits or parts
     if not parts:
-        return None
+        return []
     name = type(model).__name__
     if len(parts) > 1 or parts[0] not in _BACKBONE_PARTS:
         found = ', '.join(repr(p) for p in parts)
         why = ('so which one belongs to this backbone is ambiguous' if len(parts) > 1 else
                "not under 'backbone.', so it is not taken without being named")
         raise ValueError(
-            f'{prefix}pos_embed: the checkpoint holds a whole model, not a bare {name} backbone, and its ViT '
-            f'weights sit under {found}, {why}. Name the part in the backbone\'s init_cfg, e.g. '
-            f"init_cfg=dict(type='Pretrained', checkpoint=..., prefix={parts[0]!r}), or load the file into "
-            f'the whole model (load_from).')
+            f'{prefix}pos_embed: the checkpoint holds a whole model, not a bare {name} backbone; its ViT weights '
+            f'sit under {found}, {why}. Name the part, e.g. init_cfg=dict(type=\'Pretrained\', checkpoint=..., '
+            f'prefix={parts[0]!r}), or load the file into the whole model (load_from).')
     outer = prefix + parts[0]
     inner = {prefix + k[len(outer):]: v for k, v in state_dict.items() if k.startswith(outer)}
     others = [k for k in state_dict if k.startswith(prefix) and not k.startswith(outer)]
@@ -105,25 +104,25 @@ def _take_backbone_part(model, state_dict, prefix) -> Optional[str]:
         del state_dict[key]
     state_dict.update(inner)
     shown = ', '.join(others[:3]) + (', ...' if len(others) > 3 else '')
-    return (f'The checkpoint holds a whole model: loading its "{parts[0]}" part ({len(inner)} tensors) into '
+    return [f'The checkpoint holds a whole model: loading its "{parts[0]}" part ({len(inner)} tensors) into '
             f'the bare {name} backbone, as init_cfg prefix={parts[0]!r} would'
             + (f'; its {len(others)} other tensors ({shown}) are not the backbone\'s and were left out'
-               if others else ''))
+               if others else '')]
 
 
-def _rename_mmpretrain_keys(state_dict, prefix) -> Optional[str]:
+def _rename_mmpretrain_keys(state_dict, prefix) -> List[str]:
     """mmpretrain ``VisionTransformer`` names (``layers.0.ln1`` ...) -> ours, in place: users point
     ``init_cfg`` at mmpretrain model-zoo checkpoints, and a non-strict load would skip every weight."""
     if prefix + 'layers.0.ln1.weight' not in state_dict or prefix + 'blocks.0.norm1.weight' in state_dict:
-        return None
+        return []
     renamed = 0
     for key in [k for k in state_dict if k.startswith(prefix)]:
         new = mmpretrain_to_ours_key(key[len(prefix):])
         if new is not None and new != key[len(prefix):]:
             state_dict[prefix + new] = state_dict.pop(key)
             renamed += 1
-    return (f'Renamed {renamed} mmpretrain VisionTransformer keys under "{prefix}" to vit_plugin names '
-            f'(layers.i.ln1 -> blocks.i.norm1, ffn.layers.0.0 -> mlp.fc1, ...)')
+    return [f'Renamed {renamed} mmpretrain VisionTransformer keys under "{prefix}" to vit_plugin names '
+            f'(layers.i.ln1 -> blocks.i.norm1, ffn.layers.0.0 -> mlp.fc1, ...)']
 
 
 def _gelus(model) -> List[nn.GELU]:
@@ -217,28 +216,31 @@ def _apply_recorded_input_norm(model, state_dict, prefix) -> None:
         model.expected_input_norm = decode_input_norm(recorded, prefix + NORM_KEY)
 
 
-def _check_compatible(model, state_dict, prefix, table):
-    key = prefix + 'pos_embed'
+def _check_width(model, table, key) -> None:
+    """Refuse a position embedding of another width: the weights belong to another architecture."""
     if table.shape[-1] != model.embed_dims:
         raise ValueError(
-            f'{key}: the checkpoint has width {table.shape[-1]} but the model has embed_dims='
-            f'{model.embed_dims}: it belongs to another architecture. Build the backbone with the arch '
-            f'the checkpoint was trained with (tools/convert_checkpoint.py prints it), or pick the '
+            f'{key}: the checkpoint has width {table.shape[-1]} but the model has embed_dims={model.embed_dims}. '
+            f'Build the backbone with the checkpoint\'s arch (tools/convert_checkpoint.py prints it), or pick the '
             f'checkpoint of this arch.')
+
+
+def _check_depth(model, state_dict, prefix) -> None:
+    """Refuse weights with another number of encoder blocks."""
     depth = _num_blocks(state_dict, prefix)
     if depth is not None and depth != model.num_layers:
         raise ValueError(
             f'{prefix}blocks.{depth - 1}: the checkpoint has {depth} encoder blocks but the model has '
             f'{model.num_layers}: it belongs to another architecture. Build the backbone with '
             f'num_layers={depth} (or the matching arch name), or pick the checkpoint of this arch.')
-    if depth is not None:
-        _check_block_structure(model, state_dict, prefix)
 
 
-def _check_block_structure(model, state_dict, prefix):
+def _check_block_structure(model, state_dict, prefix) -> None:
     """Refuse weights whose blocks are built otherwise (layer scale, pre-norm, MLP type): a non-strict
     load (``init_cfg`` Pretrained) would leave those parts at their initial values or drop them, and
     the model would compute something else than the checkpoint did, with only a warning."""
+    if _num_blocks(state_dict, prefix) is None:
+        return
     own = dict(model.named_parameters())
     parts = [(f'blocks.{i}.ls1.gamma', ('layer_scale_init_value=1e-5 (any value > 0: the checkpoint\'s scales '
                                         'load)', 'layer_scale_init_value=0')) for i in range(model.num_layers)]
@@ -257,20 +259,21 @@ def _check_block_structure(model, state_dict, prefix):
                          f"layer_cfgs=dict(ffn_type='swiglu_fused'); otherwise build the arch of the checkpoint.")
 
 
-def _adapt_patch_kernel(model, state_dict, prefix) -> Optional[str]:
+def _adapt_patch_kernel(model, state_dict, prefix) -> List[str]:
+    """A patch-embedding kernel of another size is resized by the pseudo-inverse."""
     key = prefix + 'patch_embed.proj.weight'
     weight = state_dict.get(key)
     own = model.patch_embed.proj.weight
     if weight is None or weight.shape == own.shape:
-        return None
+        return []
     if weight.dim() != 4 or weight.shape[:2] != own.shape[:2]:
         raise ValueError(
             f'{key}: the checkpoint kernel has shape {tuple(weight.shape)} but the model expects '
             f'{tuple(own.shape)} (out, in, kh, kw); width and input channels must match: build the model '
             f'with the checkpoint\'s arch and in_channels, or pick the matching checkpoint.')
     state_dict[key] = resize_patch_embed(weight, own.shape[-2:])
-    return (f'Resized patch-embedding kernel "{key}" from {weight.shape[-2]}x{weight.shape[-1]} to '
-            f'{own.shape[-2]}x{own.shape[-1]} (FlexiViT pseudo-inverse, bilinear)')
+    return [f'Resized patch-embedding kernel "{key}" from {weight.shape[-2]}x{weight.shape[-1]} to '
+            f'{own.shape[-2]}x{own.shape[-1]} (FlexiViT pseudo-inverse, bilinear)']
 
 
 def _adapt_rel_pos(model, state_dict, prefix) -> List[str]:
@@ -342,6 +345,43 @@ def _source_layout(model, table, old_grid, key) -> Tuple[int, Tuple[int, int]]:
     return num_prefix, grid
 
 
+def _take_resize_mode(model, state_dict, prefix) -> Tuple[str, str]:
+    """The position-embedding resize to apply, and where the choice came from (consumes the record)."""
+    return resize_mode_for(state_dict, prefix, model.pos_embed_load_mode, consume=True,
+                           fallback_name="the model's pos_embed_load_mode")
+
+
+def _take_source_grid(model, state_dict, prefix) -> Optional[Tuple[int, ...]]:
+    """The patch grid the incoming position embedding records (None: none recorded), replaced by the
+    model's own: the table is resized to it, and third-party weights carry no grid."""
+    grid_key = prefix + 'pos_embed_grid'
+    recorded = state_dict.get(grid_key)
+    if recorded is not None or prefix + 'pos_embed' in state_dict:
+        state_dict[grid_key] = model.pos_embed_grid.clone()
+    return None if recorded is None else tuple(int(v) for v in torch.as_tensor(recorded).tolist())
+
+
+def _pos_embed_table(state_dict, key) -> torch.Tensor:
+    """The incoming position embedding as a (1, N, C) table (converters may write it without the batch
+    axis)."""
+    table = state_dict[key]
+    return table.unsqueeze(0) if table.dim() == 2 else table
+
+
+def _resize_pos_embed(model, state_dict, key, table, old_grid, mode, mode_source) -> List[str]:
+    """The position embedding on the model's patch grid, its class-token entries kept."""
+    num_prefix, old_grid = _source_layout(model, table, old_grid, key)
+    if old_grid == model.patch_grid:
+        state_dict[key] = table
+        return []
+    state_dict[key] = resize_pos_embed(table, model.patch_grid, old_grid, num_prefix, mode=mode,
+                                       compute_dtype=torch.float64)
+    new = model.patch_grid
+    return [f'Resized position embedding "{key}" from a {old_grid[0]}x{old_grid[1]} to a {new[0]}x{new[1]} patch '
+            f'grid (mode={mode}, {mode_source}; {num_prefix} class-token entry kept). This is intentional: the '
+            f'weights were trained at another resolution or patch size']
+
+
 def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str = '') -> List[str]:
     """Adapt ``state_dict`` in place so that its ``prefix`` part loads into ``model``.
 
@@ -360,44 +400,22 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
         ValueError: the weights belong to another architecture, a whole model's backbone part is
             ambiguous, or the source grid of a non-square table cannot be inferred.
     """
-    key, grid_key = prefix + 'pos_embed', prefix + 'pos_embed_grid'
-    messages = [m for m in (_take_backbone_part(model, state_dict, prefix),
-                            _rename_mmpretrain_keys(state_dict, prefix)) if m]
+    key = prefix + 'pos_embed'
+    messages = _take_backbone_part(model, state_dict, prefix)
+    messages += _rename_mmpretrain_keys(state_dict, prefix)
     _apply_recorded_gelu(model, state_dict, prefix)
     _apply_recorded_norm_eps(model, state_dict, prefix)
     _apply_recorded_input_norm(model, state_dict, prefix)
-    mode, mode_source = resize_mode_for(state_dict, prefix, model.pos_embed_load_mode, consume=True,
-                                        fallback_name="the model's pos_embed_load_mode")
-    old_grid = state_dict.get(grid_key)
-    if old_grid is not None:
-        old_grid = tuple(int(v) for v in torch.as_tensor(old_grid).tolist())
-    if key not in state_dict:
-        if old_grid is not None:
-            state_dict[grid_key] = model.pos_embed_grid.clone()
-        for message in messages:
-            print_log(message + '.', logger='current')
-        return messages
-    state_dict[grid_key] = model.pos_embed_grid.clone()  # third-party weights carry no grid
-
-    table = state_dict[key]
-    if table.dim() == 2:
-        table = table.unsqueeze(0)
-    _check_compatible(model, state_dict, prefix, table)
-    message = _adapt_patch_kernel(model, state_dict, prefix)
-    if message:
-        messages.append(message)
-    messages.extend(_adapt_rel_pos(model, state_dict, prefix))
-    num_prefix, old_grid = _source_layout(model, table, old_grid, key)
-    if old_grid == model.patch_grid:
-        state_dict[key] = table
-    else:
-        state_dict[key] = resize_pos_embed(table, model.patch_grid, old_grid, num_prefix, mode=mode,
-                                           compute_dtype=torch.float64)
-        new = model.patch_grid
-        messages.append(f'Resized position embedding "{key}" from a {old_grid[0]}x{old_grid[1]} to a '
-                        f'{new[0]}x{new[1]} patch grid (mode={mode}, {mode_source}; {num_prefix} class-token '
-                        f'entry kept). This is intentional: the weights were trained at another resolution '
-                        f'or patch size')
+    mode, mode_source = _take_resize_mode(model, state_dict, prefix)
+    old_grid = _take_source_grid(model, state_dict, prefix)
+    if key in state_dict:
+        table = _pos_embed_table(state_dict, key)
+        _check_width(model, table, key)
+        _check_depth(model, state_dict, prefix)
+        _check_block_structure(model, state_dict, prefix)
+        messages += _adapt_patch_kernel(model, state_dict, prefix)
+        messages += _adapt_rel_pos(model, state_dict, prefix)
+        messages += _resize_pos_embed(model, state_dict, key, table, old_grid, mode, mode_source)
     for message in messages:
         print_log(message + '.', logger='current')
     return messages
