@@ -85,10 +85,9 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
     if problems:
         shown = '; '.join(problems[:4]) + (f'; and {len(problems) - 4} more' if len(problems) > 4 else '')
         raise CheckpointMismatchError(
-            f'{source} does not fit the model built from the config outside its backbone: {shown}. A head '
-            f'trained for other classes (or another head design) would predict with random weights. Use the '
-            f'config the checkpoint was trained with, or pass {option} to load only the backbone on purpose '
-            f'(the rest keeps the config\'s initialisation).')
+            f'{source} does not fit the model built from the config outside its backbone: {shown}. Use the config '
+            f'the checkpoint was trained with, or pass {option} to load only the backbone on purpose (the rest keeps '
+            f'the config\'s initialisation).')
     return state
 
 

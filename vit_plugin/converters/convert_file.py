@@ -15,7 +15,8 @@ from ..models.backbones.vit_arch import VIT_ARCHS
 from ..models.layers import swiglu_hidden_dims
 from ..models.patch_resize import resize_patch_embed
 from ..models.pos_embed import CHECKPOINT_RESIZE_MODE, infer_grid, resize_pos_embed, to_2tuple
-from .common import BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix, unwrap_state_dict
+from .common import (BACKBONE_PREFIX, PROGRESS_MIN_BYTES, ConversionError, ConversionReport, strip_prefix,
+                     unwrap_state_dict)
 from .jax_npz import convert_jax_vit, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)

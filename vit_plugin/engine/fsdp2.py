@@ -21,6 +21,7 @@ checkpoint.
 """
 import os
 import os.path as osp
+import re
 import shutil
 import time
 from typing import Callable, Optional, Sequence, Union
@@ -32,7 +33,8 @@ import torch.nn as nn
 from mmengine.device import get_device
 from mmengine.dist import is_distributed, is_main_process
 from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
 from vit_plugin.compat import mmengine as mmengine_compat
@@ -313,10 +315,8 @@ class FSDP2Strategy(DDPStrategy):
         sharded model: every process passes the full tensors and keeps its shard."""
         if not is_distributed():
             return super().load_model_state_dict(state_dict, strict=strict, revise_keys=revise_keys)
-        import re
         for pattern, replacement in revise_keys:
             state_dict = {re.sub(pattern, replacement, k): v for k, v in state_dict.items()}
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
         set_model_state_dict(self.model, state_dict,
                              options=StateDictOptions(full_state_dict=True, strict=strict))
 

@@ -334,10 +334,9 @@ def _source_layout(model, table, old_grid, key) -> Tuple[int, Tuple[int, int]]:
                 infer_grid(n - own, None, key)  # raises: cannot infer, asks for the grid
             num_prefix, grid = other, (side, side)
     if num_prefix > own:
-        raise ValueError(f'{key}: the checkpoint table has {num_prefix} class/extra-token entries before its '
-                         f'patch grid but the model has {own}; build the model with '
-                         f'with_cls_token=True, or, if the table is really a non-square grid, record its grid '
-                         f'as pos_embed_grid=(rows, cols) in the state dict.')
+        raise ValueError(f'{key}: the checkpoint table has {num_prefix} class/extra-token entries before its patch '
+                         f'grid but the model has {own}; build the model with with_cls_token=True, or, if the table '
+                         f'is really a non-square grid, record its grid as pos_embed_grid=(rows, cols).')
     if num_prefix < own:
         raise ValueError(f'{key}: the checkpoint table has no class-token entry (a gap model) but the model has '
                          f"a class token; build the model with with_cls_token=False and out_type='gap', or, if the "
