@@ -89,7 +89,8 @@ setup(
         'lite': ['mmcv-lite>=2.0.0,<2.2.0'],  # mmdet 3.3.0 refuses mmcv >= 2.2
         'mim': ['mmcv>=2.0.0,<2.2.0'],  # compiled mmcv (builds from source where no wheel fits your torch)
         'xla': ['torch-xla'],
-        'tests': ['pytest', 'pytest-xdist', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib', 'transformers<5'],
+        'tests': ['pytest', 'pytest-xdist', 'import-linter', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib',
+                  'transformers<5'],
         'deploy': ['onnx', 'onnxruntime'],
     },
 )

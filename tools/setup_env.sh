@@ -246,9 +246,9 @@ fi
 
 # Byte-compile everything installed, and vit_plugin, once and on every core. Python would otherwise do it
 # at first import, but not where PYTHONDONTWRITEBYTECODE is set (CI images and Dockerfiles often set it):
-# there every new process compiles torch, mmdet and mmpretrain again in memory, and starting one training
-# process takes about 20 s instead of 7 on 2 cores. (Files a Python version cannot compile, if a package
-# ships any, are left to the interpreter: they are not imported.)
+# there every new process compiles torch, mmdet and mmpretrain again in memory, which makes starting one
+# training process several times slower (docs/installation.md). (Files a Python version cannot compile, if
+# a package ships any, are left to the interpreter: they are not imported.)
 log "byte-compiling the installed packages"
 mapfile -t SITE_DIRS < <("$VENV/bin/python" -c \
   'import sysconfig; print("\n".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})))')

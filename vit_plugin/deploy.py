@@ -71,7 +71,7 @@ def compile_for_inference(model: nn.Module, **compile_kwargs) -> FrozenInference
     Example::
 
         >>> from vit_plugin.deploy import compile_for_inference
-        >>> fast = compile_for_inference(model)  # compiles at the first call (B/16: 41 s, warm cache)
+        >>> fast = compile_for_inference(model)  # compiles at the first call (docs/benchmarks.md)
         >>> logits = fast(images)
 
     Args:

@@ -28,8 +28,7 @@ DISTRIBUTIONS = {
 REQUIRED_MODULES = ('mmengine', 'mmcv', 'mmpretrain', 'mmdet')
 
 INSTALL_HINT = (
-    "install one stack: pip install 'vit_plugin[onedl]' (the maintained forks on the newest torch) or "
-    "pip install 'vit_plugin[openmmlab,lite]' (upstream releases, torch <= 2.9, torch_xla);\n"
+    "pip install 'vit_plugin[onedl]' (maintained forks) or 'vit_plugin[openmmlab,lite]' (with torch_xla);\n"
     'from a checkout: make setup, or STACK=classic make setup (docs/installation.md#two-stacks).')
 
 #: The oldest NVIDIA Linux driver each CUDA major version of PyPI's torch wheels runs on (CUDA minor-version
@@ -66,8 +65,8 @@ def require_openmmlab():
     """Raises ImportError naming both ways to install when an OpenMMLab package vit_plugin needs is absent."""
     missing = [name for name in REQUIRED_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise ImportError(f"vit_plugin needs mmengine, mmcv, mmpretrain and mmdet; {', '.join(missing)} "
-                          f'{"is" if len(missing) == 1 else "are"} not installed. {INSTALL_HINT}')
+        raise ImportError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; vit_plugin "
+                          f'needs mmengine, mmcv, mmpretrain and mmdet.\n{INSTALL_HINT}')
 
 
 def quiet_openmmlab_imports():

@@ -31,12 +31,8 @@ import study
 from study import ROOT
 
 #: ``full``: the comparison; ``toy``: every step with a few iterations (tests). Pre-training is shorter
-#: than the MPP study's 3,000 iterations so that the whole command fits in about 50 minutes on 2 idle
-#: cores. Estimate from the MPP study's timings (3,000 MPP iterations in ~240 s, a 300-iteration
-#: supervised run in ~20 s) and the measured cost of an iteration relative to MPP's (MAE 0.8x: its
-#: encoder sees a quarter of the patches; MaskFeat 1.2x: HOG and the full sequence; supervised 0.8x):
-#: 9 pre-trainings ~10 min, 60 fine-tunings ~20 min, 15 matched-compute runs of 1,100 iterations
-#: ~17 min, probes < 1 min.
+#: than the MPP study's 3,000 iterations so that the whole command fits in under an hour on 2 cores
+#: (the estimate behind it: README.md, "Beside MAE and MaskFeat").
 BUDGETS = dict(
     full=dict(pretrain_iters=800, ft_iters=300, seeds=[0, 1, 2], labels=[1, 5, 10, 25, None], shots=[1, 5, 10, 25]),
     toy=dict(pretrain_iters=4, ft_iters=3, seeds=[0], labels=[1, None], shots=[1, 2]),

@@ -27,9 +27,8 @@ import torch
 META_KEY = 'vit_plugin.meta'
 
 #: What a checkpoint path may be, for error messages.
-ACCEPTED_FORMATS = ('a PyTorch checkpoint (.pth/.pt/.bin, zip or legacy pickle), a safetensors file, an official '
-                    'JAX .npz, a folder with config.json and model.safetensors (or pytorch_model.bin), or '
-                    'hf-hub:<org>/<name>')
+ACCEPTED_FORMATS = ('a PyTorch checkpoint (.pth/.pt/.bin), a safetensors file, an official JAX .npz, a folder '
+                    'with config.json and model.safetensors (or pytorch_model.bin), or hf-hub:<org>/<name>')
 
 #: Weight files looked for in a model folder (a Hugging Face snapshot), in order of preference:
 #: safetensors first, because it cannot execute code.

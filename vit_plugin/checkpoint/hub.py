@@ -79,9 +79,8 @@ def resolve_hub_checkpoint(path: str) -> str:
         if weights is None:
             if offline:
                 raise HubCheckpointError(
-                    f'hf-hub:{where}: not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE=1 forbids '
-                    f'downloading.\nRun `huggingface-cli download {repo_id}` online (or unset HF_HUB_OFFLINE), or '
-                    f'check the name and revision.')
+                    f'hf-hub:{where}: not in the local Hugging Face cache ({cache}), and HF_HUB_OFFLINE=1.\n'
+                    f'Run `huggingface-cli download {repo_id}` online, or check the name and revision.')
             raise HubCheckpointError(f'hf-hub:{where} has none of {", ".join(FOLDER_WEIGHTS)}; it is no PyTorch '
                                      f'model repository (pick one of the timm/ or google/vit-* ports).')
         try:

@@ -119,12 +119,9 @@ def safe_torch_load(filename: str, map_location: Any = 'cpu') -> Any:
     except pickle.UnpicklingError as err:
         detail = str(err).split('WeightsUnpickler error:')[-1].strip().splitlines()[0]
         raise UnsafeCheckpointError(
-            f'Refused to load {filename!r}: it contains pickled objects that are not plain weights '
-            f'({detail}). Loading it could execute code from the file, so nothing from it was run. '
-            f'If you trust this file, opt in for it alone with '
-            f'`export {TRUST_ENV}={osp.realpath(filename)}`, or better, re-save only its tensors '
-            f'(torch.save(state_dict) in a Python process you trust) or convert it with '
-            f'tools/convert_checkpoint.py.') from None
+            f'Refused to load {filename!r}: it pickles objects that are not plain weights ({detail}), which '
+            f'could run code. If you trust it: `export {TRUST_ENV}={osp.realpath(filename)}`; or re-save only its '
+            f'tensors, or convert it with tools/convert_checkpoint.py.') from None
     except (RuntimeError, EOFError, zipfile.BadZipFile) as err:
         raise CheckpointError(
             f'Could not read {filename!r} as a PyTorch checkpoint ({type(err).__name__}: '
@@ -247,10 +244,8 @@ def _download(url: str, cached: str, progress: bool) -> None:
         if isinstance(err, RuntimeError) and 'invalid hash value' in str(err):
             raise CheckpointError(
                 f'Refused the download of {url}: its file name promises a SHA-256 starting with '
-                f'{hash_prefix!r} (the torch.hub convention name-<sha256 prefix>.ext), but the data does not '
-                f'match ({err}). It is corrupt or not the file the URL names; nothing was cached. Download it '
-                f'again later, or, if the name only looks like it carries a hash, download the file yourself '
-                f'and give its local path.') from None
+                f'{hash_prefix!r}, but the data does not match ({err}); nothing was cached. Download it again, '
+                f'or download the file yourself and give its local path.') from None
         raise
 
 

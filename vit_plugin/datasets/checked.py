@@ -10,8 +10,8 @@ explains how to prepare it. ``tools/train.py`` and ``tools/test.py`` print that 
 traceback.
 
 ``vit_plugin.ImageNet21k`` reads a list file (``ann_file``) through the array-backed index of
-:mod:`vit_plugin.datasets.compact_index` (seconds and little memory at 14.2M lines, shared by the
-dataloader workers) instead of one Python dict per line; the records are the same.
+:mod:`vit_plugin.datasets.compact_index` (little start-up time and memory, shared by the dataloader
+workers: docs/benchmarks.md#dataset-index) instead of one Python dict per line; the records are the same.
 
 Every class also refuses, when it is built, a dataset without samples (:class:`NoSamplesError`, e.g.
 an empty list file or ``indices`` that keep nothing) and, given ``num_classes`` (the config's class
@@ -88,9 +88,8 @@ def check_dataset_paths(name: str, paths: List[str], layout: str) -> None:
         if path and not osp.exists(path):
             raise DataRootNotFoundError(
                 f'{name}: {osp.abspath(path)!r} does not exist. Expected layout: {layout}. Prepare the '
-                f'data as described in {README_SECTION}, or point the config at your copy, e.g. '
-                f'`--cfg-options train_dataloader.dataset.data_root=/path/to/data '
-                f'val_dataloader.dataset.data_root=/path/to/data`.')
+                f'data ({README_SECTION}), or point the config at your copy: `--cfg-options '
+                f'train_dataloader.dataset.data_root=... val_dataloader.dataset.data_root=...`.')
 
 
 def _source(dataset) -> str:

@@ -1,9 +1,9 @@
 """An array-backed index of a ``"<relative path> <label>"`` list file, for ImageNet-21k-scale datasets.
 
 mmpretrain's list-file parser turns every line into a Python dict (14.2M of them for ImageNet-21k),
-then mmengine pickles each dict into one numpy buffer. That costs minutes and many GiB in the main
-process before the first batch. Here the file is parsed with vectorised numpy into three arrays and
-no per-line Python object:
+then mmengine pickles each dict into one numpy buffer. That costs minutes and gigabytes in the main
+process before the first batch (docs/benchmarks.md#dataset-index). Here the file is parsed with
+vectorised numpy into three arrays and no per-line Python object:
 
 * ``paths``   uint8, the bytes of all relative paths one after another;
 * ``offsets`` int64, ``n + 1`` entries, path ``i`` is ``paths[offsets[i]:offsets[i + 1]]``;
@@ -212,9 +212,8 @@ def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
     line = int(np.argmax(bad))
     raise ListFileError(
         f'{filename}, line {line + 1}: label {int(labels[line])} is outside [0, {num_classes}) '
-        f'(num_classes={num_classes}; {int(np.count_nonzero(bad)):,} of {len(labels):,} lines are outside, the '
-        f'largest label is {top}). Set num_classes in the config to the number of classes of this list (the '
-        f'same value for the dataset, the data preprocessor and the head), or correct the list.')
+        f'({int(np.count_nonzero(bad)):,} of {len(labels):,} lines are outside, the largest label is {top}). '
+        f'Set num_classes (dataset, data preprocessor and head) to the classes of this list, or correct it.')
 
 
 def _source_key(filename: str) -> dict:

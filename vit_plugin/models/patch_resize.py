@@ -36,10 +36,10 @@ def _pinv_resize_matrix(old: Tuple[int, int], new: Tuple[int, int], mode: str, a
     # Row i of ``b_t`` is the resized i-th basis patch, so ``b_t`` is B^T (n_old x n_new).
     b_t = F.interpolate(basis, size=new, mode=mode, **kwargs).reshape(n_old, new[0] * new[1])
     # pinv(M) = M^T pinv(M M^T) = pinv(M^T M) M^T for any M; going through the smaller Gram matrix is
-    # ~6x cheaper than an SVD of M (256 x 1024 for /16 -> /32), and interpolation matrices are well
-    # conditioned (cond ~2), so squaring the condition number costs nothing in float64.
+    # cheaper than an SVD of M (docs/checkpoints.md), and interpolation matrices are well conditioned
+    # (cond ~2), so squaring the condition number costs nothing in float64.
     # The matrices are small (at most a few thousand rows): LAPACK's threading only adds overhead, and on
-    # a busy machine its threads turn a solve of milliseconds into seconds, so solve on one thread.
+    # a busy machine its threads wait for cores, so solve on one thread.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -62,10 +62,9 @@ def infer_grid(num_patches: int, grid: Optional[Sequence[int]] = None, what: str
     side = math.isqrt(num_patches)
     if side * side != num_patches:
         raise ValueError(
-            f'{what}: cannot infer the patch grid of a position-embedding table with {num_patches} '
-            f'patch entries: it is not square and the checkpoint carries no grid metadata. Give the '
-            f'grid explicitly, e.g. `old_grid=(rows, cols)` (for a pre-hook/converter: '
-            f'`pos_embed_grid=(rows, cols)`), where rows*cols == {num_patches}.')
+            f'{what}: cannot infer the patch grid of {num_patches} patch entries: not square, and no grid '
+            f'metadata. Pass `old_grid=(rows, cols)` (a pre-hook/converter: `pos_embed_grid=(rows, cols)`) '
+            f'with rows*cols == {num_patches}.')
     return (side, side)
 
 

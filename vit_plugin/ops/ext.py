@@ -46,11 +46,8 @@ PROVIDED = ('nms', 'roi_align_forward', 'roi_align_backward', 'sigmoid_focal_los
             'sigmoid_focal_loss_backward', 'get_compiler_version', 'get_compiling_cuda_version')
 
 HOW_TO_GET_COMPILED = (
-    'To get compiled mmcv: in this repository run `MMCV_OPS=compiled make setup` (builds the stack\'s mmcv '
-    'for this host: CPU kernels, plus CUDA kernels when a GPU and a matching nvcc are present) or '
-    '`MMCV_WHEEL=/path/to/<mmcv wheel> make setup` (a wheel built elsewhere); in your own environment '
-    'install a compiled mmcv built for your torch (onedl-mmcv built with torch present, or mmcv<2.2). '
-    'See docs/installation.md, "Compiled mmcv".')
+    'To get it: `MMCV_OPS=compiled make setup` (or `MMCV_WHEEL=<wheel> make setup`), or install a compiled '
+    'mmcv built for your torch (docs/installation.md, "Compiled mmcv").')
 
 
 def _float32(value):
@@ -94,9 +91,8 @@ def nms(boxes, scores, iou_threshold, offset=0):
 def _check_pool_mode(pool_mode):
     if pool_mode != 1:
         raise MissingCompiledOpError(
-            "RoIAlign with pool_mode='max' needs mmcv's compiled extension: this installation has no "
-            "compiled mmcv, and vit_plugin provides RoIAlign with pool_mode='avg' (mmdet's default). "
-            + HOW_TO_GET_COMPILED)
+            "RoIAlign with pool_mode='max' needs compiled mmcv; without it, RoIAlign has pool_mode='avg' only "
+            "(mmdet's default). " + HOW_TO_GET_COMPILED)
 
 
 def _cpu_float(tensor):
@@ -216,9 +212,8 @@ def _missing_op(name):
     def missing(*args, **kwargs):
         caller = sys._getframe(1).f_globals.get('__name__', '?')
         raise MissingCompiledOpError(
-            f"{caller} needs mmcv's compiled operator '{name}', which this installation does not have: it "
-            'has mmcv without compiled code, and vit_plugin supplies only nms, roi_align_forward/backward and '
-            f'sigmoid_focal_loss_forward/backward (from torchvision and torch). {HOW_TO_GET_COMPILED}')
+            f"{caller} needs mmcv's compiled operator '{name}': this installation has mmcv without compiled "
+            f'code. {HOW_TO_GET_COMPILED}')
 
     missing.__name__ = missing.__qualname__ = name
     missing.__doc__ = f"mmcv's compiled operator '{name}': not available without compiled mmcv."

@@ -15,9 +15,9 @@ import torch
 from vit_plugin.compat import torch_xla as torch_xla_compat
 from vit_plugin.compat.torch import pytree
 
-_INSTALL_HINT = ('The XLA path needs torch_xla, which only the classic stack has (its last release needs torch '
-                 '2.9): `STACK=classic make setup` and .venv-classic/bin/python, or pip install "torch==2.9.0" '
-                 '"torch-xla[tpu]==2.9.0"; and PJRT_DEVICE=TPU (or CPU to try it on a laptop).')
+_INSTALL_HINT = ('The XLA path needs torch_xla, which only the classic stack has (torch 2.9): '
+                 '`STACK=classic make setup` and .venv-classic/bin/python, or pip install "torch==2.9.0" '
+                 '"torch-xla[tpu]==2.9.0"; then PJRT_DEVICE=TPU (or CPU).')
 
 
 def require(module: str = 'torch_xla'):

@@ -71,11 +71,11 @@ def _random_layers(module: nn.Module) -> List[str]:
 
 
 def require_scan_support(spmd: bool) -> None:
-    """Raise ``ValueError`` when this installation cannot scan layers (SPMD needs ``jax``)."""
+    """Raise ``ValueError`` when this installation cannot scan layers (under SPMD, torch_xla shards the
+    scanned backward pass with ``jax.experimental.shard_alike``, so it needs ``jax``)."""
     if spmd and importlib.util.find_spec('jax') is None:
-        raise ValueError('layer scan under SPMD needs the jax package: torch_xla shards the scanned backward '
-                         'pass with jax.experimental.shard_alike. Install it (pip install "torch_xla[pallas]" '
-                         'or jax) or drop --xla-layer-scan or --xla-spmd.')
+        raise ValueError('layer scan under SPMD needs the jax package: pip install "torch_xla[pallas]" (or jax), '
+                         'or drop --xla-layer-scan or --xla-spmd.')
 
 
 def check_scannable(backbone: nn.Module, name: str = 'backbone') -> None:
@@ -85,12 +85,12 @@ def check_scannable(backbone: nn.Module, name: str = 'backbone') -> None:
         raise ValueError(f'layer scan: {name} ({type(backbone).__name__}) is not a vit_plugin ViT.')
     if len(blocks) < 2:
         return
+    # torch_xla cannot draw random masks inside a scanned layer, and stochastic depth differs per block.
     random = _random_layers(blocks)
     if random:
         raise ValueError(f'layer scan: {name} has dropout or stochastic depth in its blocks '
-                         f'({", ".join(random[:3])}{", ..." if len(random) > 3 else ""}). torch_xla cannot draw '
-                         'random masks inside a scanned layer, and stochastic depth differs per block. Set '
-                         'model.backbone.drop_rate=0, attn_drop_rate=0 and drop_path_rate=0 '
+                         f'({", ".join(random[:3])}{", ..." if len(random) > 3 else ""}), which a scanned layer '
+                         'cannot run. Set model.backbone.drop_rate=0, attn_drop_rate=0 and drop_path_rate=0 '
                          '(--cfg-options), or train without --xla-layer-scan.')
     first = _settings(blocks[0])
     for i, block in enumerate(blocks[1:], start=1):

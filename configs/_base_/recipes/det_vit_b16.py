@@ -44,8 +44,8 @@ _vit_fpn_neck = [
 
 # AdamW with layer-wise lr decay 0.7 (the blocks near the input change least; ViTDet's value for
 # ViT-B, 0.8 for ViT-L, 0.9 for ViT-H) and no weight decay on norms, biases, pos_embed and cls_token.
-# For mixed precision on GPU use type='AmpOptimWrapper' (or `tools/train.py --amp`); the dynamic loss
-# scale it sets up works with this constructor.
+# For mixed precision use `tools/train.py --amp` (vit_plugin's wrapper for the device: bf16, or fp16 with
+# a dynamic loss scale); it works with this constructor.
 _vit_optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',

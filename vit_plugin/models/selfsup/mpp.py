@@ -62,14 +62,12 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
         if not isinstance(self.backbone, ViT):
             raise TypeError(f'MaskedPatchPrediction needs a ViT backbone (type="vit_plugin.ViT"), got {name}')
         # The paper's corruption hides a patch by replacing its embedding; that only hides it when the
-        # embedding is computed from that patch alone, as the linear patch projection is.
+        # embedding is computed from that patch alone, as the linear patch projection is. A hybrid's tokens
+        # each see a wide region of the image, so a corrupted patch would stay visible in its neighbours'.
         if not isinstance(self.backbone.patch_embed, PatchEmbed):
             raise TypeError(f'MaskedPatchPrediction needs a backbone whose tokens each embed one image patch '
-                            f'(the linear patch projection of type="vit_plugin.ViT"); {name} makes its tokens '
-                            f'with {type(self.backbone.patch_embed).__name__}, where every token sees a wide '
-                            f'region of the image, so a corrupted patch would stay visible in its neighbours\' '
-                            f'tokens. Pre-train a plain vit_plugin.ViT with masked patch prediction instead '
-                            f'(the paper does so only for plain ViTs)')
+                            f'(the linear patch projection of type="vit_plugin.ViT"); {name} embeds with '
+                            f'{type(self.backbone.patch_embed).__name__}. Pre-train a plain vit_plugin.ViT.')
         if tuple(self.head.patch_size) != tuple(self.backbone.patch_size):
             raise ValueError(f'the head is configured for {self.head.patch_size} patches but the backbone uses '
                              f'{self.backbone.patch_size}; set head.patch_size to the backbone patch size')
