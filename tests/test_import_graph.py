@@ -4,7 +4,8 @@ Every import of a ``vit_plugin`` module by another one, at the top of a file or 
 read from the source with ``ast`` (nothing is imported). The graph they form must have no cycle,
 neither between modules nor between the sub-packages (``vit_plugin.models``, ``vit_plugin.engine``,
 ...), and ``vit_plugin.engine`` must not import ``vit_plugin.xla``: the XLA path is built on the
-engine, not the other way round; ``vit_plugin.compat`` (the private names of dependencies) sits at the bottom
+engine, not the other way round; ``vit_plugin.benchmarks`` (the measurements) sits on top beside
+``vit_plugin.apis`` and nothing else imports it; ``vit_plugin.compat`` (the private names of dependencies) sits at the bottom
 and imports no other part of the package. Imports of the package's own modules sit at the top of their file;
 one inside a function is there for an optional dependency and says so in a comment on its line.
 
@@ -157,6 +158,15 @@ def test_engine_does_not_import_xla():
     wrong = [f'{i.importer}:{i.line} imports {i.imported}' for i in package_imports()
              if subpackage(i.importer) == f'{PACKAGE}.engine' and subpackage(i.imported) == f'{PACKAGE}.xla']
     assert not wrong, 'the engine must not depend on the XLA path:\n' + '\n'.join(wrong)
+
+
+def test_nothing_in_the_product_imports_the_benchmarks():
+    """``vit_plugin.benchmarks`` (the measurements) sits on top beside ``vit_plugin.apis``: only its own
+    modules import it."""
+    benchmarks = f'{PACKAGE}.benchmarks'
+    wrong = [f'{i.importer}:{i.line} imports {i.imported}' for i in package_imports()
+             if subpackage(i.imported) == benchmarks and subpackage(i.importer) != benchmarks]
+    assert not wrong, f'the product must not depend on {benchmarks}:\n' + '\n'.join(wrong)
 
 
 def test_compat_imports_nothing_else_of_the_package():
