@@ -33,13 +33,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.peak_memory import max_rss_mib
 from vit_plugin.compat import torch as torch_compat
 from vit_plugin.datasets.checked import ImageNet21k as OurImageNet21k
 
-#: The folder holding the ``vit_plugin`` package: the measuring child processes import it from there.
-PACKAGE_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 IN21K_IMAGES = 14_197_122
 IN21K_CLASSES = 21_841
 LIST_FILE = osp.join('meta', 'train.txt')
@@ -199,7 +197,7 @@ def run_child(args, impl: str, list_file: str, workers: Optional[int] = None) ->
     cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_dataset_index', '--measure', impl,
            '--list-file', list_file, '--workers', str(args.workers if workers is None else workers),
            '--batches', str(args.batches), '--batch-size', str(args.batch_size), '--seed', str(args.seed)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get('PYTHONPATH')])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get('PYTHONPATH')])))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(child_failure(f'measurement {impl} on {list_file}', proc.stderr))

@@ -22,13 +22,12 @@ import subprocess
 import sys
 
 import vit_plugin  # noqa: F401  (registers our components)
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, checkout_root, child_failure
 from vit_plugin.benchmarks.device_checks import random_detection_batch
 from vit_plugin.benchmarks.peak_memory import max_rss_mib, rss_mib
 from vit_plugin.benchmarks.timing import time_calls
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-CONFIG = osp.join(ROOT, 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
+CONFIG = osp.join(checkout_root(), 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
 VARIANTS = [  # (name, with_cp, window_size, use_rel_pos)
     ('global attention', False, 0, False),
     ('global attention + checkpointing', True, 0, False),
@@ -106,8 +105,8 @@ def main(argv=None):
                '--img-size', str(args.img_size), '--batch', str(args.batch), '--steps', str(args.steps)]
         if args.threads:
             cmd += ['--threads', str(args.threads)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout_root(),
+                              env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get('PYTHONPATH', '')))
         lines = [line for line in proc.stdout.splitlines() if line.startswith('RESULT ')]
         if proc.returncode or not lines:
             sys.exit(child_failure(f'variant {VARIANTS[index][0]!r}', proc.stderr))

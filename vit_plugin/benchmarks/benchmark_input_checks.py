@@ -39,7 +39,7 @@ import cv2
 import numpy as np
 
 from vit_plugin.benchmarks import benchmark_dataset_index, benchmark_pipeline
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.peak_memory import heap_peak_bytes
 from vit_plugin.benchmarks.timing import paired_rounds, time_calls
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, check_labels
@@ -113,8 +113,7 @@ def label_check(args) -> dict:
           f'{time.perf_counter() - start:.1f} s)', flush=True)
     cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_input_checks', '--measure-labels', list_file,
            '--num-classes', str(args.num_classes), '--label-repeats', str(args.label_repeats)]
-    root = benchmark_dataset_index.PACKAGE_ROOT  # the child imports this checkout's package, installed or not
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get('PYTHONPATH')])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get('PYTHONPATH')])))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(child_failure('label check measurement', proc.stderr))

@@ -22,12 +22,11 @@ import time
 import torch
 import torch.nn as nn
 
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.timing import time_calls
 from vit_plugin.models.backbones.vit import ViT
 from vit_plugin.xla.scan import enable_layer_scan
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_args(argv=None):
@@ -93,7 +92,7 @@ def main(argv=None):
         return
     if args.steps < 3:
         raise SystemExit('--steps must be >= 3 (the first two steps compile).')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get('PYTHONPATH', '')]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PACKAGE_PARENT, os.environ.get('PYTHONPATH', '')]))
     env.setdefault('PJRT_DEVICE', 'CPU')
     results = {}
     for variant in ('unrolled', 'scan'):

@@ -44,22 +44,14 @@ import xml.etree.ElementTree as ET
 import torch
 
 from vit_plugin.benchmarks import benchmark_models, benchmark_pipeline
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import checkout_root, child_failure
 from vit_plugin.benchmarks.device_checks import ClassifierTrainer, detection_steps, environment
 from vit_plugin.benchmarks.memory_measure import measure
 from vit_plugin.benchmarks.memory_planner import estimate, largest_batch, model_shape
 from vit_plugin.evaluation.model_loading import load_config
 
 
-def _checkout() -> str:
-    """The checkout the report reads its configs/ and tests/ from: the one this package lives in (an
-    editable install), else the working directory (vit_plugin installed from the wheelhouse, the report
-    started from the checkout, as ``make gpu-report`` does)."""
-    package_root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    return package_root if osp.isdir(osp.join(package_root, 'configs')) else os.getcwd()
-
-
-REPO_ROOT = _checkout()
+REPO_ROOT = checkout_root()
 CONFIGS = osp.join(REPO_ROOT, 'configs')
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from vit_plugin.benchmarks.child_process import child_failure
+from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.engine.optimizers import use_mixed_precision
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.vit_search import find_vit
@@ -110,8 +110,7 @@ def measure(config: str, batch: int, *, with_cp: Optional[bool] = None, bf16: bo
     if cfg_options:
         cmd += ['--cfg-options', json.dumps(cfg_options)]
     env = dict(os.environ, **ENV)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env['PYTHONPATH'] = os.pathsep.join([repo, env.get('PYTHONPATH', '')])
+    env['PYTHONPATH'] = os.pathsep.join([PACKAGE_PARENT, env.get('PYTHONPATH', '')])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(child_failure(f'memory measurement ({" ".join(cmd)})', proc.stderr))
