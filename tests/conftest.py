@@ -46,7 +46,7 @@ FILE_SECONDS = {
     'test_xla_train.py': 133, 'test_front_door.py': 114, 'test_training.py': 104, 'test_train_compile.py': 98,
     'test_mpp_study.py': 69, 'test_dataset_index.py': 66, 'test_numerics_guard.py': 64, 'test_bad_input.py': 63,
     'test_mim_comparison.py': 62, 'test_mmcv_ops.py': 62, 'test_configs.py': 59, 'test_vit.py': 47,
-    'test_mpp_detection.py': 26, 'test_deploy.py': 24, 'test_benchmark.py': 24, 'test_xla.py': 21,
+    'test_mpp_detection.py': 26, 'test_deploy.py': 24, 'test_benchmark_models.py': 24, 'test_xla.py': 21,
     'test_mpp.py': 20, 'test_hf_checkpoints.py': 30, 'test_stack.py': 60, 'test_compat.py': 20,
 }
 

@@ -11,7 +11,6 @@ wrong model.
 * ``tools/infer.py`` and the ONNX export refuse a checkpoint whose head does not fit the config.
 * An FSDP2 save under an existing name keeps a complete checkpoint at every step.
 """
-import json
 import os
 import os.path as osp
 import re
@@ -31,7 +30,6 @@ from PIL import Image, ImageFile
 import vit_plugin.datasets.transforms as transforms
 from helpers.bad_images import encode, photo, reference, write_corpus
 from helpers.common import REPO, free_port, read_losses, run_env
-from vit_plugin.apis.analysis import benchmark_input_checks
 from vit_plugin.apis.export_onnx import main as export_main
 from vit_plugin.apis.infer import main as infer_main
 from vit_plugin.datasets import decode
@@ -573,17 +571,3 @@ def test_fsdp2_save_under_an_existing_name_always_keeps_a_complete_checkpoint(tm
     save(4)
     assert sorted(os.listdir(work)) == ['iter_8.pth'] and meta_of(target) == 4
 
-
-# -------------------------------------------------------------------------------------- benchmark
-def test_input_check_benchmark_runs_at_a_toy_size(tmp_path):
-    bench = benchmark_input_checks
-    out = tmp_path / 'checks.json'
-    result = bench.main(['--data-dir', str(tmp_path / 'data'), '--num-lines', '20000', '--num-classes', '500',
-                         '--label-repeats', '1', '--num-images', '3', '--repeats', '1', '--out', str(out)])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    labels = result['label_check']
-    assert labels['lines'] == 20000 and labels['check_s'] > 0 and labels['failing_check_s'] > 0
-    assert re.search(r'train\.txt, line \d+: label 499 is outside \[0, 499\)', labels['failing_message'])
-    rows = result['decode']['rows']
-    assert set(rows) == {'cv2.imdecode (no checks)', 'decode_image (checked)', 'inspect_image (checks only)'}
-    assert all(row['ms_per_image'] > 0 for row in rows.values())

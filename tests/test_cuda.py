@@ -4,7 +4,7 @@ against the allocator's peak, the detector with its operators on the GPU, pinned
 Every test here is marked ``cuda`` and skips, saying so, on a machine without a CUDA device
 (``pytest -m cuda`` runs just these; ``make gpu-report`` runs them and puts their results in its
 report). Their CPU counterparts run everywhere: tests/test_amp.py, tests/test_numerics_guard.py,
-tests/test_memory_planner.py, tests/test_detection.py.
+tests/benchmarks/test_memory_planner.py, tests/test_detection.py.
 """
 import os.path as osp
 
@@ -106,8 +106,8 @@ def test_guard_skips_an_fp16_overflow_on_the_device(monkeypatch):
 @pytest.mark.parametrize('with_cp', [False, True], ids=['plain', 'with_cp'])
 def test_planner_within_10_percent_of_the_measured_peak(with_cp):
     # ViT-B/16 at 224 px, bf16 autocast, fused AdamW: what tools/train.py --amp runs on this GPU.
-    from vit_plugin.analysis.device_checks import ClassifierTrainer
-    from vit_plugin.analysis.memory import estimate, model_shape
+    from vit_plugin.benchmarks.device_checks import ClassifierTrainer
+    from vit_plugin.benchmarks.memory_planner import estimate, model_shape
     config = osp.join(CONFIGS, 'vit_b16_in21k.py')
     trainer = ClassifierTrainer(config, 'cuda', with_cp=with_cp, bf16=True)
     batch = 64
@@ -117,7 +117,7 @@ def test_planner_within_10_percent_of_the_measured_peak(with_cp):
 
 
 def test_detection_step_runs_its_operators_on_the_gpu():
-    from vit_plugin.analysis.device_checks import detection_steps, mmcv_ops_origin
+    from vit_plugin.benchmarks.device_checks import detection_steps, mmcv_ops_origin
     result = detection_steps(osp.join(CONFIGS, 'mask_rcnn_vit_tiny_simplefpn_shapes.py'), 'cuda', img_size=160,
                              batch=2, steps=2)
     assert result['finite'] and result['outputs_device'].startswith('cuda'), result
@@ -136,7 +136,7 @@ def test_data_loaders_pin_memory_on_cuda(tmp_path, digits_root):
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from vit_plugin.analysis.loading import load_config
+    from vit_plugin.evaluation.model_loading import load_config
     from vit_plugin.engine.device_defaults import apply_device_defaults
     cfg = load_config(osp.join(CONFIGS, 'vit_demo_digits.py'))
     init_default_scope('mmpretrain')

@@ -29,7 +29,7 @@ def test_fused_optimizer_default(optimizer, device, expected):
 def test_layer_decay_configs_build_a_fused_adamw():
     # The constructor passes the kernel choice through to torch (built on the CPU: fused AdamW runs there too).
     from mmengine.optim import build_optim_wrapper
-    from vit_plugin.analysis.loading import load_config
+    from vit_plugin.evaluation.model_loading import load_config
     from mmengine.registry import MODELS
     cfg = load_config(osp.join(REPO, 'configs', 'vit_b16_in21k_ft_cifar10_384.py'),
                       {'model.backbone.arch': 'ti', 'model.backbone.img_size': 32, 'model.head.in_channels': 192})

@@ -228,7 +228,7 @@ def test_run_fewshot_eval_needs_labels():
 @pytest.fixture(scope='module')
 def demo_setup(tmp_path_factory):
     """The demo config shrunk (tiny ViT, digits data in a temp dir) and a checkpoint of it."""
-    from vit_plugin.analysis import load_config
+    from vit_plugin.evaluation.model_loading import load_config
     from mmengine.registry import MODELS
 
     tmp = tmp_path_factory.mktemp('fewshot_tool')
@@ -288,7 +288,7 @@ def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
 
 
 def test_fewshot_tool_refuses_a_checkpoint_of_another_model(demo_setup, tmp_path, capsys):
-    from vit_plugin.analysis.cli import run
+    from vit_plugin.apis.cli import run
     from vit_plugin.models.backbones.vit import ViT
     from vit_plugin.apis import fewshot_eval as tool
     _, options, _, _ = demo_setup

@@ -6,7 +6,7 @@
 """
 import sys
 
-from vit_plugin.analysis.cli import run
+from vit_plugin.apis.cli import run
 from vit_plugin.apis.fewshot_eval import main
 
 if __name__ == '__main__':

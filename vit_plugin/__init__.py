@@ -4,8 +4,8 @@ Importing the package (e.g. through ``custom_imports=dict(imports=['vit_plugin']
 registers every component under the ``vit_plugin`` scope and routes mmengine's checkpoint loading
 through the safe loader of :mod:`vit_plugin.checkpoint`. Without a compiled mmcv it also lets
 ``import mmcv._ext`` find the operators of :mod:`vit_plugin.ops` (first, before anything here reaches
-``mmcv.ops``). The XLA path (:mod:`vit_plugin.xla`) and the analysis tools (:mod:`vit_plugin.analysis`)
-are imported only when used.
+``mmcv.ops``). The XLA path (:mod:`vit_plugin.xla`), the figures (:mod:`vit_plugin.evaluation.figures`) and the
+measurements (:mod:`vit_plugin.benchmarks`) are imported only when used.
 """
 from .version import __version__
 from . import stack as _stack

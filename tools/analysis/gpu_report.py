@@ -1,9 +1,10 @@
-"""One command that measures vit_plugin on a CUDA host and writes a report (``make gpu-report``).
+"""One command that measures vit_plugin on a CUDA host and writes a report: ``make gpu-report``
+(``tools/analysis/gpu_report.py``).
 
 ``python tools/analysis/gpu_report.py --help`` lists the options; the code is
-:mod:`vit_plugin.apis.analysis.gpu_report`.
+:mod:`vit_plugin.benchmarks.gpu_report`.
 """
-from vit_plugin.apis.analysis.gpu_report import main
+from vit_plugin.benchmarks.gpu_report import main
 
 if __name__ == '__main__':
     main()

@@ -9,10 +9,9 @@ measured on the config's test dataset. Frozen features are the model's pre-logit
 import copy
 import json
 
-
-from vit_plugin.analysis import load_model
-from vit_plugin.analysis.cli import base_parser
+from vit_plugin.apis.cli import base_parser
 from vit_plugin.evaluation import FewShotLinearMetric, run_fewshot_eval
+from vit_plugin.evaluation.model_loading import load_model
 
 
 def _innermost_dataset(dataset_cfg):

@@ -15,6 +15,7 @@ from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor
 
 from vit_plugin.compat import torch as torch_compat
+from vit_plugin.models.vit_search import find_module
 from vit_plugin.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 _NORMS = (nn.LayerNorm, nn.GroupNorm, torch_compat.BatchNormBase, torch_compat.InstanceNormBase)
@@ -26,12 +27,12 @@ def find_layer_depth_module(model: nn.Module) -> Tuple[str, nn.Module]:
     Raises:
         TypeError: if no module has it.
     """
-    for name, module in model.named_modules():
-        if callable(getattr(module, 'get_layer_depth', None)):
-            return (name + '.' if name else ''), module
-    raise TypeError(f'layer-wise lr decay needs a module with get_layer_depth(param_name, prefix) in '
-                    f'{type(model).__name__} (e.g. vit_plugin.ViT as the backbone); none was found. Use '
-                    f"mmengine's DefaultOptimWrapperConstructor for models without one.")
+    found = find_module(model, lambda module: callable(getattr(module, 'get_layer_depth', None)))
+    if found is None:
+        raise TypeError(f'layer-wise lr decay needs a module with get_layer_depth(param_name, prefix) in '
+                        f'{type(model).__name__} (e.g. vit_plugin.ViT as the backbone); none was found. Use '
+                        f"mmengine's DefaultOptimWrapperConstructor for models without one.")
+    return found
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()

@@ -1,0 +1,23 @@
+"""The benchmarks' peak-memory probes on the CPU."""
+import numpy as np
+import torch
+
+from vit_plugin.benchmarks import peak_memory
+
+
+def test_cpu_peak_counts_torch_allocations_of_the_call():
+    def step():
+        a = torch.empty(2**20, dtype=torch.uint8)  # 1 MiB
+        b = torch.empty(2**21, dtype=torch.uint8)  # 2 MiB while a is alive
+        del a, b
+
+    assert 3 * 2**20 <= peak_memory.cpu_peak_bytes(step) < 4 * 2**20
+
+
+def test_heap_peak_returns_the_result_and_sees_numpy():
+    result, peak = peak_memory.heap_peak_bytes(lambda: int(np.ones(2**20, dtype=np.uint8).sum()))
+    assert result == 2**20 and peak >= 2**20
+
+
+def test_resident_set_readings():
+    assert 0 < peak_memory.rss_mib() <= peak_memory.max_rss_mib()
