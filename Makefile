@@ -47,12 +47,12 @@ GPU_REPORT_ARGS ?=
 WHEELHOUSE_ARGS ?=
 
 wheelhouse: setup
-	$(PY) tools/make_wheelhouse.py build --out wheelhouse $(WHEELHOUSE_ARGS)
+	$(PY) requirements/make_wheelhouse.py build --out wheelhouse $(WHEELHOUSE_ARGS)
 
 gpu-report:
 	@if [ ! -x "$(PY)" ]; then \
 	  if [ -f wheelhouse/requirements.txt ]; then \
-	    $(HOST_PYTHON) tools/make_wheelhouse.py venv --wheelhouse wheelhouse --venv $(VENV); \
+	    $(HOST_PYTHON) requirements/make_wheelhouse.py venv --wheelhouse wheelhouse --venv $(VENV); \
 	  else bash tools/setup_env.sh; fi; \
 	fi
 	$(PY) tools/analysis/gpu_report.py $(GPU_REPORT_ARGS)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """A wheelhouse for a machine that has torch but no network: ``make wheelhouse``, then ``make gpu-report``.
 
-    python tools/make_wheelhouse.py build [--out wheelhouse] [--binary-under 12] [--python-version 3.11]
-    python tools/make_wheelhouse.py venv [--wheelhouse wheelhouse] [--venv .venv] [--host-site DIR]
-    python tools/make_wheelhouse.py host-site --out DIR
+    python requirements/make_wheelhouse.py build [--out wheelhouse] [--binary-under 12] [--python-version 3.11]
+    python requirements/make_wheelhouse.py venv [--wheelhouse wheelhouse] [--venv .venv] [--host-site DIR]
+    python requirements/make_wheelhouse.py host-site --out DIR
 
 ``build`` (on a machine with the project's environment and access to PyPI) collects, as wheels, every
 package the stack needs at run time -- mmengine, mmcv, mmpretrain, mmdet (the forks on the current
@@ -202,11 +202,11 @@ def build(args) -> dict:
         shutil.move(osp.join(tmp, built), osp.join(args.out, built))
         wheels['vit-plugin'] = (built.split('-')[1], 'pure', _mib(osp.join(args.out, built)))
     with open(osp.join(args.out, 'requirements.txt'), 'w') as f:
-        f.write('# Installed with `python tools/make_wheelhouse.py venv` (pip --no-index --no-deps).\n')
+        f.write('# Installed with `python requirements/make_wheelhouse.py venv` (pip --no-index --no-deps).\n')
         f.writelines(f'{name}=={version}\n' for name, (version, _, _) in sorted(wheels.items()))
     with open(osp.join(args.out, 'host-requirements.txt'), 'w') as f:
         f.write('# Not in the wheelhouse: the host provides these (compiled, too large to copy, or torch\'s own).\n'
-                '# Tested versions; `tools/make_wheelhouse.py venv` checks that they import.\n')
+                '# Tested versions; `requirements/make_wheelhouse.py venv` checks that they import.\n')
         f.writelines(f'{name}=={version}  # {size:.0f} MiB wheel\n' for name, (version, size) in sorted(left.items()))
         f.writelines(f'{name}=={version}  # with torch/torchvision\n' for name, version in sorted(host.items())
                      if not name.startswith('nvidia-'))
