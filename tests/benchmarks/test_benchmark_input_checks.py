@@ -1,0 +1,28 @@
+"""tools/analysis/benchmark_input_checks.py at a toy size."""
+import json
+import re
+
+import pytest
+from mmengine.registry import init_default_scope
+
+from vit_plugin.apis.analysis import benchmark_input_checks
+
+
+@pytest.fixture(scope='module', autouse=True)
+def mmpretrain_scope():
+    init_default_scope('mmpretrain')
+
+
+# -------------------------------------------------------------------------------------- benchmark
+def test_input_check_benchmark_runs_at_a_toy_size(tmp_path):
+    bench = benchmark_input_checks
+    out = tmp_path / 'checks.json'
+    result = bench.main(['--data-dir', str(tmp_path / 'data'), '--num-lines', '20000', '--num-classes', '500',
+                         '--label-repeats', '1', '--num-images', '3', '--repeats', '1', '--out', str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    labels = result['label_check']
+    assert labels['lines'] == 20000 and labels['check_s'] > 0 and labels['failing_check_s'] > 0
+    assert re.search(r'train\.txt, line \d+: label 499 is outside \[0, 499\)', labels['failing_message'])
+    rows = result['decode']['rows']
+    assert set(rows) == {'cv2.imdecode (no checks)', 'decode_image (checked)', 'inspect_image (checks only)'}
+    assert all(row['ms_per_image'] > 0 for row in rows.values())
