@@ -12,6 +12,7 @@ from mmpretrain.datasets import CustomDataset as MMPretrainCustomDataset
 from mmpretrain.datasets import ImageNet21k as MMPretrainImageNet21k
 from torch.utils.data import DataLoader
 
+from helpers.collate import collate_infos
 from helpers.common import REPO
 from vit_plugin.datasets import compact_index
 from vit_plugin.datasets.checked import ImageNet, ImageNet21k, NoSamplesError
@@ -36,11 +37,6 @@ TRICKY = ('n01440764/n01440764_10026.JPEG 0\n'
 def records(dataset):
     return [(info['img_path'], info['gt_label'], info['sample_idx'])
             for info in (dataset.get_data_info(i) for i in range(len(dataset)))]
-
-
-def collate_records(batch):
-    """Module level, so spawned workers can unpickle it."""
-    return [(info['img_path'], info['gt_label'], info['sample_idx']) for info in batch]
 
 
 def make_root(tmp_path, text, name='train.txt'):
@@ -259,11 +255,11 @@ def test_pickles_as_a_file_name_and_into_two_spawned_workers(tmp_path):
     assert len(blob) < 4096 < ds._index.paths.nbytes  # the mapped arrays are not in the pickle
     assert records(pickle.loads(blob)) == expected
     # Spawned workers receive the dataset pickled (forked ones share it without pickling).
-    loader = DataLoader(ds, batch_size=250, num_workers=2, collate_fn=collate_records,
+    loader = DataLoader(ds, batch_size=250, num_workers=2, collate_fn=collate_infos,
                         multiprocessing_context='spawn')
     got = [r for batch in loader for r in batch]
     assert got == expected
-    forked = DataLoader(ds, batch_size=250, num_workers=2, collate_fn=collate_records)
+    forked = DataLoader(ds, batch_size=250, num_workers=2, collate_fn=collate_infos)
     assert [r for batch in forked for r in batch] == expected
 
 

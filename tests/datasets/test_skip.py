@@ -16,6 +16,7 @@ from mmengine.registry import init_default_scope
 from PIL import Image
 
 from helpers.bad_images import encode, reference
+from helpers.collate import collate_skip_records
 from helpers.common import REPO, free_port, read_losses, run_env
 from vit_plugin.datasets import decode
 from vit_plugin.datasets.skip import (BadSampleLimitExceeded, SkipBadSamples, records_in_batch,
@@ -82,17 +83,12 @@ def test_bad_samples_are_replaced_deterministically_and_recorded():
         SkipBadSamples(TinyDataset({}), max_fraction=1.5)
 
 
-def collate_records(batch):
-    """Module level, so spawned workers can unpickle it."""
-    return records_in_batch(pseudo_collate(batch))
-
-
 def test_records_travel_from_worker_processes_with_the_batch():
     import pickle
 
     from torch.utils.data import DataLoader
     wrapper = SkipBadSamples(TinyDataset({1: 'truncated', 4: 'missing'}), max_fraction=0.4)
-    loader = DataLoader(wrapper, batch_size=2, num_workers=2, collate_fn=collate_records)
+    loader = DataLoader(wrapper, batch_size=2, num_workers=2, collate_fn=collate_skip_records)
     assert sorted(r[:2] for batch in loader for r in batch) == [(1, '/data/1.jpg'), (4, '/data/4.jpg')]
     again = pickle.loads(pickle.dumps(wrapper))  # what spawned workers receive
     assert again[4]['data_samples'].bad_samples[0][:2] == (4, '/data/4.jpg') and again.allowed == 2

@@ -36,15 +36,23 @@ def test_compiled_training_resumes_with_the_same_losses(tmp_path, digits_root):
     np.testing.assert_allclose([after[i] for i in (3, 4, 5)], [losses[i] for i in (3, 4, 5)], rtol=0, atol=1e-5)
 
 
-def test_killed_run_resumes_exactly(tmp_path, digits_root):
-    # Dropout and random crops on: reproducing the losses requires the random streams to be
-    # restored too (vit_plugin.RNGReseedHook), not only the weights and optimizer state.
-    cfg = tiny_config(tmp_path / 'cfg.py', digits_root, batch_size=32, max_epochs=3)
-    train(cfg, tmp_path / 'full')
-    reference = read_losses(tmp_path / 'full')
-    assert sorted(reference) == list(range(18))
+# Dropout and random crops on: reproducing the losses requires the random streams to be restored too
+# (vit_plugin.RNGReseedHook), not only the weights and optimizer state. The uninterrupted run and the
+# killed-then-resumed one are module-scoped fixtures, each run once; each test checks one claim.
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory, digits_root):
+    """A 3-epoch run with dropout and random crops: its config and work dir."""
+    root = tmp_path_factory.mktemp('killed_run')
+    cfg = tiny_config(root / 'cfg.py', digits_root, batch_size=32, max_epochs=3)
+    train(cfg, root / 'full')
+    return cfg, root / 'full'
 
-    work = tmp_path / 'killed'
+
+@pytest.fixture(scope='module')
+def killed(uninterrupted):
+    """The same run killed (SIGKILL to its process group) once its first checkpoint is complete."""
+    cfg, full = uninterrupted
+    work = full.parent / 'killed'
     cmd = [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work)]
     proc = subprocess.Popen(cmd, env=run_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -57,18 +65,44 @@ def test_killed_run_resumes_exactly(tmp_path, digits_root):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert not osp.exists(work / 'epoch_3.pth')  # really interrupted before the end
+    return work
 
-    resumed = train(cfg, work, '--resume')
+
+@pytest.fixture(scope='module')
+def resumed(uninterrupted, killed):
+    """``--resume`` of the killed run: its output."""
+    cfg, _ = uninterrupted
+    return train(cfg, killed, '--resume')
+
+
+def test_uninterrupted_run_records_every_iteration(uninterrupted):
+    _, full = uninterrupted
+    assert sorted(read_losses(full)) == list(range(18))
+
+
+def test_killed_run_stopped_before_the_end(killed):
+    assert not osp.exists(killed / 'epoch_3.pth')  # really interrupted before the end
+
+
+def test_killed_run_resumes_at_an_epoch_boundary(killed, resumed):
     assert 'resumed' in (resumed.stdout + resumed.stderr).lower()
-    after = read_losses(work)
+    after = read_losses(killed)
     first = min(after)
     assert first in (6, 12)  # resumed at an epoch boundary (6 iterations per epoch)
     assert sorted(after) == list(range(first, 18))
+
+
+def test_killed_run_resumes_exactly(uninterrupted, killed, resumed):
+    _, full = uninterrupted
+    reference, after = read_losses(full), read_losses(killed)
     np.testing.assert_allclose([after[i] for i in sorted(after)], [reference[i] for i in sorted(after)],
                                rtol=0, atol=1e-6)
-    masks = read_dropout(tmp_path / 'full', 0)
-    assert read_dropout(work, 0) == {i: masks[i] for i in sorted(after)}
+
+
+def test_killed_run_resumes_the_dropout_masks(uninterrupted, killed, resumed):
+    _, full = uninterrupted
+    masks = read_dropout(full, 0)
+    assert read_dropout(killed, 0) == {i: masks[i] for i in sorted(read_losses(killed))}
 
 
 def test_missing_data_root_gives_clear_error(tmp_path):
