@@ -9,6 +9,8 @@ replica), on a 64-image subset of the digits dataset:
   graphs (stated in the tests);
 * a checkpoint written by the XLA run resumes in eager CPU mode, and one written by the CPU run
   resumes on XLA, each continuing with the losses of the uninterrupted run.
+
+The classifier's runs are module-scoped fixtures, each run once, with one test per claim.
 """
 import glob
 import json
@@ -110,30 +112,64 @@ def assert_close(got, ref, iters):
     assert max(diffs.values()) < TOL, diffs
 
 
-def test_classifier_on_xla_matches_cpu_and_checkpoints_resume_across_devices(tmp_path, digits_root):
-    cfg = cls_config(tmp_path / 'cls.py', digits_root)
-    cpu = train(cfg, tmp_path / 'cpu', '--no-validate')
-    xla = train(cfg, tmp_path / 'xla', '--no-validate', '--launcher', 'xla')
-    assert_close(xla, cpu, range(8))
-    summary = xla_summary(tmp_path / 'xla')
+# The classifier's runs (eager CPU, XLA, and each one's epoch-1 checkpoint resumed on the other device)
+# are module-scoped fixtures, each run once; each test checks one claim.
+@pytest.fixture(scope='module')
+def cls_runs(tmp_path_factory, digits_root):
+    """The classifier trained in eager CPU mode and on XLA: its config, the runs' folder and their losses."""
+    root = tmp_path_factory.mktemp('xla_cls')
+    cfg = cls_config(root / 'cls.py', digits_root)
+    cpu = train(cfg, root / 'cpu', '--no-validate')
+    xla = train(cfg, root / 'xla', '--no-validate', '--launcher', 'xla')
+    return dict(cfg=cfg, root=root, cpu=cpu, xla=xla)
+
+
+@pytest.fixture(scope='module')
+def resumed_on_cpu(cls_runs):
+    """The XLA checkpoint after epoch 1 resumed in eager CPU mode: its losses."""
+    root = cls_runs['root']
+    return train(cls_runs['cfg'], root / 'resume_cpu', '--no-validate', '--resume', str(root / 'xla' / 'epoch_1.pth'))
+
+
+@pytest.fixture(scope='module')
+def resumed_on_xla(cls_runs):
+    """The CPU checkpoint after epoch 1 resumed on XLA: its losses."""
+    root = cls_runs['root']
+    return train(cls_runs['cfg'], root / 'resume_xla', '--no-validate', '--resume', str(root / 'cpu' / 'epoch_1.pth'),
+                 '--launcher', 'xla')
+
+
+def test_classifier_on_xla_matches_cpu(cls_runs):
+    assert_close(cls_runs['xla'], cls_runs['cpu'], range(8))
+
+
+def test_classifier_on_xla_compiles_only_while_warming_up(cls_runs):
+    summary = xla_summary(cls_runs['root'] / 'xla')
     # 2 step graphs (the first update creates AdamW's state); later steps reuse them.
     assert summary['warmup_compiles'] == 2 and summary['steady_compiles'] == 0, summary
     assert summary['steady_max_executions'] == 1, summary  # one graph per iteration
-    assert osp.isfile(tmp_path / 'xla' / 'epoch_2.pth')
 
-    ckpt = safe_torch_load(str(tmp_path / 'xla' / 'epoch_1.pth'))  # weights-only, host tensors
+
+def test_classifier_on_xla_writes_checkpoints_of_host_tensors(cls_runs):
+    xla = cls_runs['root'] / 'xla'
+    assert osp.isfile(xla / 'epoch_2.pth')
+    ckpt = safe_torch_load(str(xla / 'epoch_1.pth'))  # weights-only, host tensors
     assert all(t.device.type == 'cpu' for t in ckpt['state_dict'].values())
 
-    # The XLA checkpoint after epoch 1 resumes in eager CPU mode: iterations 4-7 as on XLA.
-    resumed_cpu = train(cfg, tmp_path / 'resume_cpu', '--no-validate', '--resume',
-                        str(tmp_path / 'xla' / 'epoch_1.pth'))
-    assert_close(resumed_cpu, xla, range(4, 8))
-    # And the CPU checkpoint resumes on XLA: iterations 4-7 as on the CPU.
-    resumed_xla = train(cfg, tmp_path / 'resume_xla', '--no-validate', '--resume',
-                        str(tmp_path / 'cpu' / 'epoch_1.pth'), '--launcher', 'xla')
-    assert_close(resumed_xla, cpu, range(4, 8))
+
+def test_xla_checkpoint_resumes_in_eager_cpu_mode(cls_runs, resumed_on_cpu):
+    # Iterations 4-7 as on XLA.
+    assert_close(resumed_on_cpu, cls_runs['xla'], range(4, 8))
+
+
+def test_cpu_checkpoint_resumes_on_xla(cls_runs, resumed_on_xla):
+    # Iterations 4-7 as on the CPU.
+    assert_close(resumed_on_xla, cls_runs['cpu'], range(4, 8))
+
+
+def test_resumed_xla_run_compiles_only_the_steady_state_step(cls_runs, resumed_on_xla):
     # Resumed with the optimizer state present, the run compiles only the steady-state step graph.
-    resumed = xla_summary(tmp_path / 'resume_xla')
+    resumed = xla_summary(cls_runs['root'] / 'resume_xla')
     assert resumed['warmup_compiles'] == 1 and resumed['steady_compiles'] == 0, resumed
 
 
