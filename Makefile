@@ -12,7 +12,8 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # `make test` runs test files in parallel, one pytest worker per core up to 4 (each multi-process test
 # starts 2 ranks); a file's tests stay together in one worker, in order, and the files go out in the
-# order tests/conftest.py gives (longest first). PYTEST_JOBS=0: one process.
+# order tests/conftest.py gives (longest first, by the durations a whole run records in
+# tests/durations.json). PYTEST_JOBS=0: one process.
 PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 4 ? 4 : n )))
 
 .PHONY: setup demo test bench clean-venv

@@ -3,8 +3,13 @@
 torch_xla must initialise its runtime before the first CPU backward pass of the process
 (pytorch/xla#4174), so when it is installed we initialise it here, before any test runs, on its CPU
 backend. Tests that train through XLA then share this process safely.
+
+The session fixtures several test files share live here; the hooks at the end put the longest test files
+first and record the files' durations (helpers/durations.py).
 """
 import os
+import os.path as osp
+from collections import defaultdict
 
 os.environ.setdefault('PJRT_DEVICE', 'CPU')
 
@@ -23,6 +28,7 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _workers)))
 
 import pytest  # noqa: E402
 
+from helpers import durations  # noqa: E402
 from helpers.stack import STACK, XLA_SKIP_REASON  # noqa: E402
 
 if STACK not in ('current', 'classic'):
@@ -37,23 +43,47 @@ def digits_root(tmp_path_factory):
     return prepare_digits_dataset(str(tmp_path_factory.mktemp('data') / 'digits'))
 
 
-# Seconds each of the longest test files took on one of two workers (2-core machine, clean clone). `make test`
-# hands out whole files in collection order (--dist loadfile --no-loadscope-reorder), so the longest go
-# first and the run ends on short files instead of one worker finishing a long one while the other idles.
-# A file not listed here is short; its place among the rest is unchanged.
-FILE_SECONDS = {
-    'test_detection.py': 260, 'test_xla_spmd.py': 190, 'test_fsdp2.py': 110, 'test_preemption.py': 150,
-    'test_xla_train.py': 133, 'test_front_door.py': 114, 'test_training.py': 104, 'test_train_compile.py': 98,
-    'test_mpp_study.py': 69, 'test_dataset_index.py': 66, 'test_numerics_guard.py': 64, 'test_bad_input.py': 63,
-    'test_mim_comparison.py': 62, 'test_mmcv_ops.py': 62, 'test_configs.py': 59, 'test_vit.py': 47,
-    'test_mpp_detection.py': 26, 'test_deploy.py': 24, 'test_benchmark_models.py': 24, 'test_xla.py': 21,
-    'test_mpp.py': 20, 'test_hf_checkpoints.py': 30, 'test_stack.py': 60, 'test_compat.py': 20,
-}
+@pytest.fixture(scope='session')
+def corpus(tmp_path_factory):
+    """The broken and unusual image files of ``helpers/bad_images.py``, written once per pytest run."""
+    from helpers.bad_images import write_corpus
+    return write_corpus(str(tmp_path_factory.mktemp('corpus')))
 
 
 def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))  # stable: a file's tests keep their order
+    seconds = durations.read().get(STACK, {})
+    # The longest files first (tests/durations.json, helpers/durations.py); the sort is stable, so a file's
+    # tests keep their order, and files of equal or unrecorded time keep the collection order.
+    items.sort(key=lambda item: -seconds.get(durations.file_of(item.nodeid), 0))
     if STACK == 'current':
         for item in items:
             if item.get_closest_marker('xla'):
                 item.add_marker(pytest.mark.skip(reason=XLA_SKIP_REASON))
+
+
+def _records_durations(config) -> bool:
+    """Whether this process records the files' durations: a run of the whole suite (no file, folder,
+    ``-k``, ``-m``, ``--deselect`` or ``--ignore`` narrows it), and with pytest-xdist only the controller,
+    which receives every worker's reports."""
+    tests = osp.join(str(config.rootpath), 'tests')
+    return (not hasattr(config, 'workerinput')
+            and [osp.abspath(arg) for arg in config.args] == [tests]
+            and not config.getoption('keyword') and not config.getoption('markexpr')
+            and not config.getoption('deselect') and not config.getoption('ignore')
+            and not config.getoption('ignore_glob'))
+
+
+_measured = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    _measured[durations.file_of(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Failed tests still give their files' times; a run stopped early (-x, Ctrl-C, internal error) does not.
+    if (_records_durations(session.config) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+            and not session.shouldstop and not session.shouldfail and _measured):
+        record = durations.read()
+        record[STACK] = durations.merged(record.get(STACK, {}), _measured)
+        durations.write(record)

@@ -1,6 +1,6 @@
 """Margins of the shapes detection test's bars on learned behaviour, over seeds and CPU kernel sets.
 
-``tests/test_detection.py::test_short_training_on_shapes_learns_and_is_coco_evaluated`` trains a tiny
+The ``shapes_run`` of ``tests/configs/test_detection_configs.py`` trains a tiny
 Mask R-CNN for 160 iterations and asserts whole-validation-set numbers (loss ratio, bbox / segm mAP_50,
 recall, precision and share of images with a detection at score 0.5 in tools/infer.py, and the untrained
 model's mAP_50). Float rounding differs between CPUs (AVX-512, AVX2, no vector kernels), so each bar must

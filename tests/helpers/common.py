@@ -18,6 +18,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def read_bytes(path) -> bytes:
+    """The contents of the file at ``path``."""
+    with open(path, 'rb') as f:
+        return f.read()
+
+
 def read_losses(work_dir, rank: int = 0) -> dict:
     """Iteration -> loss of ``rank``, as written by ``LossRecorderHook`` (loss_recorder.py)."""
     with open(osp.join(str(work_dir), f'losses_rank{rank}.json')) as f:

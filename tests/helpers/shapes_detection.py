@@ -1,4 +1,4 @@
-"""The short shapes detection training of ``tests/test_detection.py``, its bars, and what it builds,
+"""The short shapes detection training of ``tests/configs/test_detection_configs.py``, its bars, and what it builds,
 shared with ``tests/shapes_test_margins.py``, which measures the bars' margins over seeds and CPU
 kernel sets."""
 import json
@@ -30,7 +30,7 @@ def build_detector(cfg):
     return MODELS.build(cfg.model)
 
 
-# Bars of the short shapes training (test_short_training_on_shapes_learns_and_is_coco_evaluated): whole
+# Bars of the short shapes training (shapes_run of tests/configs/test_detection_configs.py): whole
 # validation set numbers, with margins beyond the worst of seeds 0, 1, 2 x ATEN_CPU_CAPABILITY avx2 and
 # default (tests/shapes_test_margins.py). Measured, worst (range) of those 6 runs, and a broken
 # detector (RoI features read at twice their stride, --break-roi-stride), which fails every bar:

@@ -1,6 +1,8 @@
 """Training runs of ``tools/train.py`` / ``tools/dist_train.sh`` as subprocesses, for the tests of
-pre-emption, SLURM, FSDP2 and compiled training: a small iteration-based digits config, the commands,
-and waiting for a run's progress before signalling it."""
+pre-emption, SLURM, FSDP2, compiled and multi-process training: a small iteration-based and a small
+epoch-based digits config, the commands, waiting for a run's progress before signalling it, and
+reading what a run recorded."""
+import json
 import os
 import os.path as osp
 import signal
@@ -8,7 +10,9 @@ import subprocess
 import sys
 import time
 
-from helpers.common import REPO, run_env
+import torch
+
+from helpers.common import REPO, free_port, run_env
 
 MAX_ITERS = 24
 INTERVAL = 8  # checkpoints at 8, 16, 24
@@ -88,3 +92,55 @@ def signal_when(proc, work_dir, after_iters, target=None, signum=signal.SIGTERM,
 
 def losses_list(losses, iters):
     return [losses[i] for i in iters]
+
+
+def tiny_config(path, data_root, *, batch_size, max_epochs, deterministic_data=False, drop_rate=0.1):
+    """A test override of configs/vit_demo_digits.py: a 2-block ViT on 192 digits; every rank records
+    its losses (loss_recorder.py) and the masks of the dropout after the position embedding
+    (dropout_recorder.py)."""
+    pipeline = "{{_base_.test_pipeline}}" if deterministic_data else "{{_base_.train_pipeline}}"
+    path.write_text(f"""
+_base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
+custom_imports = dict(imports=['vit_plugin', 'loss_recorder', 'dropout_recorder'], allow_failed_imports=False)
+model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64),
+                           drop_rate={drop_rate}),
+             head=dict(in_channels=32))
+train_dataloader = dict(batch_size={batch_size}, num_workers=0, persistent_workers=False,
+                        sampler=dict(type='DefaultSampler', shuffle=True, seed=0),
+                        dataset=dict(data_root={data_root!r}, indices=192, pipeline={pipeline}))
+val_dataloader = dict(num_workers=0, dataset=dict(data_root={data_root!r}, indices=64))
+test_dataloader = val_dataloader
+train_cfg = dict(max_epochs={max_epochs}, val_interval=1000)
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1, max_keep_ckpts=5))
+custom_hooks = [dict(type='LossRecorderHook')] + (
+    [dict(type='DropoutMaskRecorderHook')] if {drop_rate} > 0 else [])
+""")
+    return str(path)
+
+
+def train(cfg, work_dir, *extra, timeout=300):
+    cmd = [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work_dir), *extra]
+    proc = subprocess.run(cmd, env=run_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def dist_train(cfg, work_dir, *extra, procs=2, timeout=300):
+    """``tools/dist_train.sh`` with ``procs`` CPU processes (Gloo)."""
+    env = dict(run_env(), PORT=str(free_port()))
+    cmd = ['bash', osp.join(REPO, 'tools', 'dist_train.sh'), cfg, str(procs), '--work-dir', str(work_dir), *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def read_dropout(work_dir, rank):
+    """Iteration -> (mask digest, fraction dropped), as written by dropout_recorder.py."""
+    with open(osp.join(work_dir, f'dropout_rank{rank}.json')) as f:
+        return {int(k): tuple(v) for k, v in json.load(f).items()}
+
+
+def final_weights(work_dir):
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:  # a path relative to the work dir, or absolute
+        ckpt = torch.load(osp.join(work_dir, f.read().strip()), map_location='cpu', weights_only=False)
+    return ckpt['state_dict']

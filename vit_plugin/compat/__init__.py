@@ -1,6 +1,6 @@
 """Every use of a private name of mmengine, mmcv, mmdet, mmpretrain, torch, torchvision, torch_xla or
 numpy lives in this package, one module per dependency, each access with what it needs, why no public
-way serves and the versions it was checked against (``tests/test_compat.py`` enforces this).
+way serves and the versions it was checked against (``tests/package/test_compat.py`` enforces this).
 
 Two kinds of access are recorded:
 

@@ -64,7 +64,7 @@ class HybridViT(ViT):
     ``patch_embed.proj`` is the embedding projection, the rest is the ViT's. Only the two eps values
     differ from timm, which uses ``(w - mean) / sqrt(var + 1e-8)`` and GroupNorm eps 1e-5 where the
     official model uses ``(w - mean) / (std + 1e-5)`` and 1e-6; features then differ by ~1e-4 (see
-    tests/test_hybrid.py). Keep the defaults for official weights.
+    tests/models/test_hybrid_vit.py). Keep the defaults for official weights.
 
     Args:
         arch (str | dict): ViT arch, see :class:`ViT`. Defaults to 'base'.
