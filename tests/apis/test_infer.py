@@ -1,6 +1,6 @@
 """``tools/infer.py`` (``vit_plugin.apis.infer``) on a demo classifier trained for 20 epochs: the top-1
-names of held-out test digits are right (the same images tools/test.py evaluates), top-k is ordered,
-folders are searched, and a missing file is named.
+names of the held-out test split (the images tools/test.py evaluates) are mostly right, top-k is
+ordered, folders are searched, image files keep the order given, and a missing file is named.
 
 One training run, shared by the tests below; each test checks one claim."""
 import json
@@ -45,12 +45,13 @@ default_hooks = dict(checkpoint=dict(interval={EPOCHS}))
 
 @pytest.fixture(scope='module')
 def predicted(trained, tmp_path_factory):
-    """Top-3 predictions for 4 test images of each digit: (the images, the results, the --out file)."""
+    """Top-3 predictions for the whole test split, given as its ten class folders: (the images in the
+    order the folders list them, the results, the --out file)."""
     cfg, ckpt, test_root = trained
-    images = [osp.join(test_root, str(c), name) for c in range(10)
-              for name in sorted(os.listdir(osp.join(test_root, str(c))))[:4]]
+    folders = [osp.join(test_root, str(c)) for c in range(10)]
+    images = [osp.join(f, name) for f in folders for name in sorted(os.listdir(f))]
     out = tmp_path_factory.mktemp('pred') / 'pred.json'
-    results = infer([cfg, ckpt, *images, '--topk', '3', '--batch-size', '16', '--out', str(out)])
+    results = infer([cfg, ckpt, *folders, '--topk', '3', '--batch-size', '16', '--out', str(out)])
     return images, results, out
 
 
@@ -61,9 +62,13 @@ def test_infer_results_follow_the_images_and_are_written_with_out(predicted):
 
 def test_infer_names_the_digits_of_a_trained_classifier(predicted):
     _, results, _ = predicted
-    right = sum(r['topk'][0]['name'] == osp.basename(osp.dirname(r['image'])) for r in results)
-    print(f'tools/infer.py: {right} of 40 test digits named right')
-    assert right >= 36, [(r['image'], r['topk'][0]) for r in results]
+    wrong = [(r['image'], r['topk'][0]) for r in results
+             if r['topk'][0]['name'] != osp.basename(osp.dirname(r['image']))]
+    print(f'tools/infer.py: {len(results) - len(wrong)} of {len(results)} test digits named right')
+    # A whole-split share, not a handful of images: float rounding differs between CPU kernel sets, and a
+    # few images near the decision boundary change their name from one set to another. The bar sits one
+    # measured spread below the worst seed and kernel set (docs/development.md#tests).
+    assert 1 - len(wrong) / len(results) >= 0.88, wrong
 
 
 def test_infer_topk_is_ordered_and_names_the_classes(predicted):
@@ -72,6 +77,12 @@ def test_infer_topk_is_ordered_and_names_the_classes(predicted):
         scores = [e['score'] for e in r['topk']]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True) and sum(scores) <= 1 + 1e-6
         assert {e['name'] for e in r['topk']} <= {str(i) for i in range(10)}
+
+
+def test_infer_keeps_the_order_of_image_files(trained, predicted):
+    cfg, ckpt, _ = trained
+    picked = predicted[0][::-40]  # image files named one by one come back in the order given, not sorted
+    assert [r['image'] for r in infer([cfg, ckpt, *picked, '--topk', '1'])] == picked
 
 
 def test_infer_searches_a_folder(trained):
