@@ -2,15 +2,8 @@
 import json
 import math
 
-import pytest
-
-from helpers.figure_tools import TINY, assert_png, make_tiny
+from helpers.figure_tools import TINY, assert_png
 from vit_plugin.apis import make_figures as tool
-
-
-@pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp('figures'))
 
 
 def test_make_figures_uses_the_config_dataset(tiny):

@@ -1,14 +1,7 @@
 """tools/analysis/model_summary.py (vit_plugin.apis.model_summary): the table and figure, with a config's row."""
-import pytest
-
-from helpers.figure_tools import assert_png, make_tiny
+from helpers.figure_tools import assert_png
 from vit_plugin.apis import model_summary as tool
 from vit_plugin.apis.cli import run
-
-
-@pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    return make_tiny(tmp_path_factory.mktemp('figures'))
 
 
 def test_model_summary_tool_adds_the_config_row(tiny, capsys):

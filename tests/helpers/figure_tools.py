@@ -9,6 +9,7 @@ from PIL import Image
 
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
 from helpers.common import REPO
+from vit_plugin.apis.cli import run
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.backbones.vit import ViT
 
@@ -49,3 +50,15 @@ def assert_png(path):
     assert osp.getsize(path) > 1000
     with open(path, 'rb') as f:
         assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def check_figure_tool(main, name, extra, tiny, capsys):
+    """A figure tool's ``main`` (run as its script runs it) writes its PNG from the tiny checkpoint, and
+    refuses a checkpoint of another width with an ``error:`` line that names the fix, writing nothing."""
+    out = str(tiny['tmp'] / f'{name}.png')
+    assert run(main, [tiny['config'], tiny['ckpt'], '--out', out] + image_argv(extra, tiny)) == 0
+    assert_png(out)
+    assert run(main, [tiny['config'], tiny['wrong'], '--out', out + '.bad.png'] + image_argv(extra, tiny)) == 2
+    err = capsys.readouterr().err
+    assert 'does not fit the ViT' in err and 'backbone.' in err and 'pass the config it was trained with' in err
+    assert not osp.exists(out + '.bad.png')
