@@ -18,6 +18,7 @@ import mmengine.fileio as fileio
 import numpy as np
 from mmcv.transforms import Compose
 from mmengine.dataset import default_collate
+from mmengine.registry import DefaultScope
 from mmpretrain.apis import ImageClassificationInferencer, get_model
 
 from vit_plugin.compat import mmpretrain as mmpretrain_compat
@@ -55,7 +56,10 @@ class CheckedImageClassificationInferencer(ImageClassificationInferencer):
     def _init_pipeline(self, cfg):
         steps = [t for t in cfg.test_dataloader.dataset.pipeline if not (isinstance(t, dict) and t['type'] in _LOADERS)]
         from mmpretrain.registry import TRANSFORMS
-        return Compose([TRANSFORMS.build(t) for t in steps])
+        # The config's unprefixed names are mmpretrain's, whatever scope an earlier runner of this process
+        # left current (a runner of another toolkit's config would send them to its registry).
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            return Compose([TRANSFORMS.build(t) for t in steps])
 
     def preprocess(self, inputs, batch_size: int = 1):
         def load_image(item):
