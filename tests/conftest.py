@@ -4,7 +4,7 @@ torch_xla must initialise its runtime before the first CPU backward pass of the 
 (pytorch/xla#4174), so when it is installed we initialise it here, before any test runs, on its CPU
 backend. Tests that train through XLA then share this process safely.
 
-The session fixtures several test files share live here; the hooks at the end put the longest test files
+The fixtures several test files share, built once per pytest run, live here; the hooks at the end put the longest test files
 first and record the files' durations (helpers/durations.py).
 """
 import os

@@ -8,7 +8,7 @@ from vit_plugin.inference import build_classification_inferencer
 
 
 def test_the_inferencer_builds_its_pipeline_whatever_scope_is_current(tmp_path, digits_root):
-    """A runner of an mmengine-scoped config earlier in the process (a notebook, a test session) leaves that
+    """A runner of an mmengine-scoped config earlier in the process (a notebook, an earlier test) leaves that
     scope current; the config's unprefixed transforms are still mmpretrain's."""
     cfg, ckpt = tiny_demo_checkpoint(tmp_path, digits_root)
     with DefaultScope.overwrite_default_scope('mmengine'):
