@@ -74,11 +74,20 @@ def _train(cfg, work_dir, *extra, spmd=False):
     return read_losses(work_dir), proc.stdout + proc.stderr
 
 
+@pytest.fixture(scope='module')
+def eager_run(tmp_path_factory, digits_root):
+    """The reference both XLA runs below are held to, trained once: (config, losses of a single-device
+    eager CPU run)."""
+    root = tmp_path_factory.mktemp('eager')
+    cfg = _config(root / 'cls.py', digits_root)
+    losses, _ = _train(cfg, root / 'eager')
+    return cfg, losses
+
+
 @pytest.mark.slow
 @pytest.mark.xla
-def test_spmd_over_four_devices_matches_eager_shards_and_resumes(tmp_path, digits_root):
-    cfg = _config(tmp_path / 'cls.py', digits_root)
-    eager, _ = _train(cfg, tmp_path / 'eager')
+def test_spmd_over_four_devices_matches_eager_shards_and_resumes(tmp_path, eager_run):
+    cfg, eager = eager_run
     sharded, log = _train(cfg, tmp_path / 'spmd', spmd=True)
     assert sorted(sharded) == list(range(8))
     diffs = {i: abs(sharded[i] - eager[i]) for i in range(8)}
@@ -152,9 +161,8 @@ def test_layer_scan_under_spmd_without_jax_is_refused_before_training(monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_layer_scan_matches_the_unrolled_model_and_recomputes_with_cp(tmp_path, digits_root):
-    cfg = _config(tmp_path / 'cls.py', digits_root)
-    eager, _ = _train(cfg, tmp_path / 'eager')
+def test_layer_scan_matches_the_unrolled_model_and_recomputes_with_cp(tmp_path, eager_run):
+    cfg, eager = eager_run
     scanned, log = _train(cfg, tmp_path / 'scan', '--launcher', 'xla', '--xla-layer-scan')
     assert 'XLA layer scan: backbone run their blocks as one compiled loop' in log
     recomputed, log = _train(cfg, tmp_path / 'scan_cp', '--launcher', 'xla', '--xla-layer-scan', '--cfg-options',
