@@ -4,8 +4,8 @@ torch_xla must initialise its runtime before the first CPU backward pass of the 
 (pytorch/xla#4174), so when it is installed we initialise it here, before any test runs, on its CPU
 backend. Tests that train through XLA then share this process safely.
 
-The fixtures several test files share, built once per pytest run, live here; the hooks at the end put the longest test files
-first and record the files' durations (helpers/durations.py).
+The fixtures several test files share, built once per pytest run, live here; the hooks at the end put
+the longest test files first and record the files' durations (helpers/durations.py).
 """
 import os
 import os.path as osp
@@ -50,7 +50,7 @@ def corpus(tmp_path_factory):
     return write_corpus(str(tmp_path_factory.mktemp('corpus')))
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(items):
     seconds = durations.read().get(STACK, {})
     # The longest files first (tests/durations.json, helpers/durations.py); the sort is stable, so a file's
     # tests keep their order, and files of equal or unrecorded time keep the collection order.
@@ -74,16 +74,26 @@ def _records_durations(config) -> bool:
 
 
 _measured = defaultdict(float)
+_recording = False  # whether this process records (set by pytest_configure)
+_may_stop_early = False  # -x, --maxfail or --sw: a failure ends the run before the other files ran
+
+
+def pytest_configure(config):
+    global _recording, _may_stop_early
+    _recording = _records_durations(config)
+    _may_stop_early = bool(config.getoption('maxfail') or config.getoption('stepwise', False))
 
 
 def pytest_runtest_logreport(report):
-    _measured[durations.file_of(report.nodeid)] += report.duration
+    if _recording:
+        _measured[durations.file_of(report.nodeid)] += report.duration
 
 
-def pytest_sessionfinish(session, exitstatus):
+def pytest_sessionfinish(exitstatus):
     # Failed tests still give their files' times; a run stopped early (-x, Ctrl-C, internal error) does not.
-    if (_records_durations(session.config) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-            and not session.shouldstop and not session.shouldfail and _measured):
+    complete = exitstatus == pytest.ExitCode.OK or (exitstatus == pytest.ExitCode.TESTS_FAILED
+                                                    and not _may_stop_early)
+    if _recording and complete and _measured:
         record = durations.read()
         record[STACK] = durations.merged(record.get(STACK, {}), _measured)
         durations.write(record)
