@@ -67,7 +67,8 @@ def apply_global_batch_size(cfg: Config, world_size: int, logger=None) -> int:
 
 def _rescale_iteration_counts(cfg: Config, k: int) -> None:
     train_cfg = cfg.get('train_cfg') or {}
-    iter_based = train_cfg.get('type') == 'IterBasedTrainLoop' or train_cfg.get('by_epoch') is False
+    loop = str(train_cfg.get('type', '')).split('.')[-1]  # mmengine's, vit_plugin's or the XLA loop
+    iter_based = loop.endswith('IterBasedTrainLoop') or train_cfg.get('by_epoch') is False
     if iter_based:
         for key in ('max_iters', 'val_interval'):
             if key in train_cfg:
