@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from helpers.collate import collate_infos
 from helpers.common import REPO
-from vit_plugin.datasets import compact_index
+from vit_plugin.datasets import array_file, compact_index
 from vit_plugin.datasets.checked import ImageNet, ImageNet21k, NoSamplesError
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, parse_list_file
 
@@ -237,7 +237,7 @@ def test_unwritable_folder_falls_back_to_memory_with_a_warning(tmp_path, monkeyp
     def read_only(*args, **kwargs):
         raise OSError(30, 'Read-only file system')
 
-    monkeypatch.setattr(compact_index.tempfile, 'mkstemp', read_only)
+    monkeypatch.setattr(array_file.tempfile, 'mkstemp', read_only)
     with pytest.warns(UserWarning, match='Could not write the list-file index'):
         ds = build(root)
     assert records(ds) == records(build(root, MMPretrainImageNet21k))

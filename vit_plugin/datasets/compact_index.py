@@ -19,27 +19,22 @@ modification time changes, and skipped with a warning when its folder is not wri
 need no change. A record is built on demand and equals mmpretrain's: ``img_path`` (joined with the
 image prefix), ``gt_label`` and ``sample_idx``.
 
-Cache layout (one file, written to a temporary name and moved into place with ``os.replace``)::
-
-    b'VPLSTIDX'  uint64 little-endian header length  header JSON (utf-8)  padding
-    array data, each array at the byte offset the header gives (64-byte aligned)
+The cache is one :mod:`~vit_plugin.datasets.array_file` (written to a temporary name and moved into
+place with ``os.replace``).
 """
 import codecs
-import json
 import os
 import os.path as osp
-import struct
-import tempfile
 import warnings
-from typing import Optional, Sequence, Tuple, Union
+from typing import Optional, Tuple
 
 import numpy as np
-from mmengine.dataset.base_dataset import force_full_init
 
-MAGIC = b'VPLSTIDX'
+from vit_plugin.datasets.array_file import read_array_file, write_array_file
+from vit_plugin.datasets.indexed import IndexedRecordsMixin
+
 FORMAT_VERSION = 1
 CACHE_SUFFIX = '.index'
-_ALIGN = 64
 _MAX_LABEL_DIGITS = 9  # any 9-digit number fits int32
 
 # What Python's ``str.strip()`` removes, restricted to ASCII (mmpretrain strips each line before it
@@ -221,54 +216,10 @@ def _source_key(filename: str) -> dict:
     return {'version': FORMAT_VERSION, 'size': st.st_size, 'mtime_ns': st.st_mtime_ns}
 
 
-def _write_cache(cache_path: str, key: dict, arrays: dict) -> None:
-    layout, offset = {}, 0
-    for name, arr in arrays.items():
-        layout[name] = {'dtype': arr.dtype.str, 'shape': list(arr.shape), 'offset': offset}
-        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
-    header = json.dumps({**key, 'arrays': layout}).encode()
-    data_start = -(-(len(MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
-    folder = osp.dirname(osp.abspath(cache_path))
-    fd, tmp = tempfile.mkstemp(prefix=osp.basename(cache_path) + '.', suffix='.tmp', dir=folder)
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(MAGIC + struct.pack('<Q', len(header)) + header)
-            for name, arr in arrays.items():
-                f.seek(data_start + layout[name]['offset'])
-                f.write(np.ascontiguousarray(arr).data)
-            f.truncate(data_start + offset)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; others reading the data may share it
-        # Readers (other ranks, spawned workers) see the old file or the complete new one.
-        os.replace(tmp, cache_path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _read_cache(cache_path: str, key: dict) -> Optional[dict]:
     """The memory-mapped arrays of ``cache_path`` if it exists and matches ``key``, else None."""
-    try:
-        with open(cache_path, 'rb') as f:
-            if f.read(len(MAGIC)) != MAGIC:
-                return None
-            (length,) = struct.unpack('<Q', f.read(8))
-            header = json.loads(f.read(length))
-            file_size = os.fstat(f.fileno()).st_size
-    except (OSError, ValueError, struct.error):
-        return None
-    if any(header.get(k) != v for k, v in key.items()):
-        return None
-    data_start = -(-(len(MAGIC) + 8 + length) // _ALIGN) * _ALIGN
-    arrays = {}
-    for name, spec in header['arrays'].items():
-        dtype, shape = np.dtype(spec['dtype']), tuple(spec['shape'])
-        offset = data_start + spec['offset']
-        if offset + int(np.prod(shape)) * dtype.itemsize > file_size:
-            return None  # truncated
-        arrays[name] = (np.memmap(cache_path, dtype=dtype, mode='r', offset=offset, shape=shape)
-                        if np.prod(shape) else np.zeros(shape, dtype))
-    return arrays
+    found = read_array_file(cache_path, key)
+    return None if found is None else found[1]
 
 
 class ListFileIndex:
@@ -330,7 +281,7 @@ class ListFileIndex:
         if not cache:
             return cls(paths, offsets, labels)
         try:
-            _write_cache(cache_path, key, {'paths': paths, 'offsets': offsets, 'labels': labels})
+            write_array_file(cache_path, key, {'paths': paths, 'offsets': offsets, 'labels': labels})
         except OSError as err:
             warnings.warn(f'Could not write the list-file index {cache_path!r} ({err}); indexing '
                           f'{filename!r} in memory, which every run repeats and which spawned dataloader '
@@ -372,13 +323,14 @@ class ListFileIndex:
         return self  # read-only: sharing is a copy
 
 
-class CompactListMixin:
+class CompactListMixin(IndexedRecordsMixin):
     """Serve a mmpretrain ``CustomDataset``-style list file from a :class:`ListFileIndex`.
 
     Put it before mmpretrain's class in the bases. With ``ann_file`` set, the list file is indexed
     instead of parsed into dicts; without it (folder layout) the base class does everything.
     ``indices``, ``get_subset``/``get_subset_``, ``metainfo``, ``lazy_init`` and ``test_mode`` keep
-    mmengine's meaning. ``with_label=False`` is refused.
+    mmengine's meaning (:class:`~vit_plugin.datasets.indexed.IndexedRecordsMixin`). ``with_label=False``
+    is refused.
 
     The number of classes is the ``num_classes`` attribute set by the dataset class (see
     :mod:`vit_plugin.datasets.checked`): every label is checked against it when the index is opened.
@@ -392,92 +344,22 @@ class CompactListMixin:
 
     def __init__(self, *args, index_cache: bool = True, **kwargs):
         self.index_cache = index_cache
-        self._index: Optional[ListFileIndex] = None
-        self._selection: Optional[np.ndarray] = None  # positions in the index after ``indices``
         super().__init__(*args, **kwargs)
 
-    def _compact(self) -> bool:
+    def _uses_index(self) -> bool:
         return bool(self.ann_file)
 
-    def full_init(self):
-        if not self._compact():
-            return super().full_init()
-        if self._fully_initialized:
-            return
+    def _open_index(self) -> ListFileIndex:
         if not getattr(self, 'with_label', True):
             raise ValueError(f'{type(self).__name__}: with_label=False is not supported for list files; '
                              f"use mmpretrain's CustomDataset for a list of paths without labels.")
-        self._index = ListFileIndex.open(self.ann_file, cache=self.index_cache, num_classes=self.num_classes)
-        self._selection = None
-        if self._indices is not None:
-            self._selection = self._positions(self._indices)
+        index = ListFileIndex.open(self.ann_file, cache=self.index_cache, num_classes=self.num_classes)
         # As mmpretrain's BaseDataset.full_init: OpenMMLab 2.0 'categories' give 'classes'.
         if 'categories' in self._metainfo and 'classes' not in self._metainfo:
             categories = sorted(self._metainfo['categories'], key=lambda x: x['id'])
             self._metainfo['classes'] = tuple(cat['category_name'] for cat in categories)
-        self._fully_initialized = True
+        return index
 
-    def _rows(self) -> np.ndarray:
-        return self._selection if self._selection is not None else np.arange(len(self._index))
-
-    def _positions(self, indices: Union[int, Sequence[int]]) -> np.ndarray:
-        """Index rows kept by mmengine's ``indices`` semantics (int: first/last n; sequence: these)."""
-        rows = self._rows()
-        if isinstance(indices, (int, np.integer)):
-            return rows[:indices] if indices >= 0 else rows[indices:]
-        if isinstance(indices, (Sequence, np.ndarray)):
-            pos = np.asarray(indices, dtype=np.int64).reshape(-1)
-            n = len(rows)
-            bad = pos[(pos >= n) | (pos < -n)]
-            if len(bad):
-                raise IndexError(f'index {int(bad[0])} is out of range for a dataset of {n} samples')
-            return rows[pos]
-        raise TypeError(f'indices should be an int or a sequence of int, but got {type(indices)}')
-
-    @force_full_init
-    def __len__(self) -> int:
-        if not self._compact():
-            return super().__len__()
-        return len(self._selection) if self._selection is not None else len(self._index)
-
-    @force_full_init
-    def get_data_info(self, idx: int) -> dict:
-        if not self._compact():
-            return super().get_data_info(idx)
-        n = len(self)
-        if not -n <= idx < n:
-            raise IndexError(f'index {idx} is out of range for a dataset of {n} samples')
-        idx = int(idx) % n if n else idx
-        row = int(self._selection[idx]) if self._selection is not None else idx
+    def _record(self, row: int) -> dict:
         # mmpretrain joins with the file backend's join_path, which is os.path.join for local files.
-        return {'img_path': osp.join(self.img_prefix, self._index.path(row)),
-                'gt_label': self._index.label(row), 'sample_idx': idx}
-
-    @force_full_init
-    def get_cat_ids(self, idx: int):
-        if not self._compact():
-            return super().get_cat_ids(idx)
-        return [int(self.get_data_info(idx)['gt_label'])]
-
-    @force_full_init
-    def get_gt_labels(self) -> np.ndarray:
-        if not self._compact():
-            return super().get_gt_labels()
-        labels = self._index.labels
-        return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
-
-    @force_full_init
-    def get_subset_(self, indices: Union[int, Sequence[int]]) -> None:
-        if not self._compact():
-            return super().get_subset_(indices)
-        self._selection = self._positions(indices)
-
-    @force_full_init
-    def get_subset(self, indices: Union[int, Sequence[int]]):
-        if not self._compact():
-            return super().get_subset(indices)
-        # mmengine's default ``memo`` is one dict shared by all calls: pass a fresh one. The copy
-        # shares the (read-only) index and deep-copies the rest.
-        sub = self._copy_without_annotation({})
-        sub._selection = self._positions(indices)
-        return sub
+        return {'img_path': osp.join(self.img_prefix, self._index.path(row)), 'gt_label': self._index.label(row)}
