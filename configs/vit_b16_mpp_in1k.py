@@ -46,7 +46,7 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=1e-4, end_factor=1.0, by_epoch=False, begin=0, end=warmup_steps),
     dict(type='CosineAnnealingLR', eta_min=0., by_epoch=False, begin=warmup_steps, end=max_steps),
 ]
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_steps)
+train_cfg = dict(type='vit_plugin.IterBasedTrainLoop', max_iters=max_steps)
 val_cfg = None
 test_cfg = None
 

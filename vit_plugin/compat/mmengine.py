@@ -2,16 +2,17 @@
 
 Checked against mmengine 0.10.7 and onedl-mmengine 0.10.12 (the same code at every access below).
 """
+import itertools
 from typing import Any, Dict
 
 from mmengine._strategy import DDPStrategy, SingleDeviceStrategy
 from mmengine.fileio.io import _parse_uri_prefix
-from mmengine.runner.loops import _InfiniteDataloaderIterator as InfiniteDataloaderIterator
+from mmengine.dataset import InfiniteSampler
 from mmengine.runner.loops import _update_losses as update_losses
 
 from vit_plugin.compat import Inherited
 
-__all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'InfiniteDataloaderIterator', 'update_losses',
+__all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'skip_infinite_sampler', 'update_losses',
            'is_local_uri', 'save_checkpoint_as_configured', 'resumes', 'accumulative_counts',
            'copy_scheduler_counter_mark', 'normalizes', 'converts_channels', 'dataset_indices',
            'AfterCheckpointSaved', 'INHERITED']
@@ -20,10 +21,25 @@ __all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'InfiniteDataloaderIterator', 
 # strategies in ``mmengine._strategy`` and exports them nowhere else; the STRATEGIES registry returns
 # them by name, but only at run time, and a base class is needed when the module is imported.
 
-# InfiniteDataloaderIterator: the iterator IterBasedTrainLoop builds (the XLA loop wraps it to keep
-# its epoch bookkeeping). update_losses: how ValLoop and TestLoop average the losses of
-# ``val_step``/``test_step`` outputs; the XLA loops repeat those loops' ``run_iter`` and must keep the
-# same log keys. Neither is exported by ``mmengine.runner``.
+# update_losses: how ValLoop and TestLoop average the losses of ``val_step``/``test_step`` outputs; the
+# XLA loops repeat those loops' ``run_iter`` and must keep the same log keys. ``mmengine.runner`` does
+# not export it.
+
+
+def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:
+    """Move mmengine's ``InfiniteSampler`` to position ``num_samples`` of this process's stream, as
+    onedl-mmengine's ``InfiniteSampler.skip`` does; False for any other sampler.
+
+    mmengine 0.10.7's sampler has no ``skip``; its stream is the private generator ``_indices_of_rank``
+    (the same in both versions), which yields indices only: nothing is loaded.
+    """
+    if not isinstance(sampler, InfiniteSampler):
+        return False
+    if callable(getattr(sampler, 'skip', None)):
+        sampler.skip(num_samples)
+    else:
+        sampler.indices = itertools.islice(sampler._indices_of_rank(), num_samples, None)
+    return True
 
 
 def is_local_uri(uri: Any) -> bool:
@@ -139,29 +155,38 @@ INHERITED: Dict[str, Inherited] = {
         'the micro-batch counter update_params advances; gradient accumulation reads it'),
     '_epoch': Inherited(
         'mmengine.runner.loops:EpochBasedTrainLoop',
-        ('vit_plugin.xla.loops:XLAEpochBasedTrainLoop', 'vit_plugin.xla.loops:_InfiniteDeviceIterator'),
-        "the loop's and the infinite iterator's epoch counter, which run_epoch/__next__ advance"),
+        ('vit_plugin.xla.loops:XLAEpochBasedTrainLoop', 'vit_plugin.engine.loops:IterBasedTrainLoop'),
+        "the loop's epoch counter, which run_epoch advances (and the iteration-based loop's __init__ sets)"),
     '_iter': Inherited(
         'mmengine.runner.loops:IterBasedTrainLoop',
-        ('vit_plugin.xla.loops:XLAIterBasedTrainLoop', 'vit_plugin.xla.loops:_XLATrainMixin'),
+        ('vit_plugin.xla.loops:XLAIterBasedTrainLoop', 'vit_plugin.xla.loops:_XLATrainMixin',
+         'vit_plugin.engine.loops:IterBasedTrainLoop'),
         'the iteration counter (the loop exposes it read-only as ``iter``)'),
-    '_dataloader': Inherited(
-        'mmengine.runner.loops:_InfiniteDataloaderIterator', ('vit_plugin.xla.loops:_InfiniteDeviceIterator',),
-        'the data loader the infinite iterator restarts at each epoch'),
-    '_iterator': Inherited(
-        'mmengine.runner.loops:_InfiniteDataloaderIterator',
-        ('vit_plugin.xla.loops:_InfiniteDeviceIterator', 'vit_plugin.xla.loops:XLAIterBasedTrainLoop'),
-        'the current epoch iterator, taken over by the device iterator so the first epoch is not restarted'),
+    '_max_iters': Inherited(
+        'mmengine.runner.loops:IterBasedTrainLoop', ('vit_plugin.engine.loops:IterBasedTrainLoop',),
+        "the loop's length (read-only as ``max_iters``), set by __init__, which the resuming loop repeats"),
+    '_max_epochs': Inherited(
+        'mmengine.runner.loops:IterBasedTrainLoop', ('vit_plugin.engine.loops:IterBasedTrainLoop',),
+        'always 1 for an iteration-based loop (read-only as ``max_epochs``), set by __init__'),
+    '_decide_current_val_interval': Inherited(
+        'mmengine.runner.loops:IterBasedTrainLoop', ('vit_plugin.engine.loops:IterBasedTrainLoop',),
+        "picks the validation interval of dynamic_intervals; run() calls it after each iteration"),
+    '_metainfo': Inherited(
+        'mmengine.dataset.base_dataset:BaseDataset',
+        ('vit_plugin.datasets.compact_index:CompactListMixin', 'vit_plugin.datasets.shard_dataset:TarShardDataset',
+         'vit_plugin.datasets.label_subset:LabelSubsetDataset'),
+        "the dataset's meta information; ``metainfo`` returns a copy, and the class names known only once "
+        'the data is indexed (or subset) are added to the original'),
     '_fully_initialized': Inherited(
         'mmengine.dataset.base_dataset:BaseDataset',
         ('vit_plugin.datasets.digits:DigitsDataset', 'vit_plugin.datasets.checked:_make_checked',
-         'vit_plugin.datasets.compact_index:CompactListMixin', 'vit_plugin.datasets.label_subset:LabelSubsetDataset',
+         'vit_plugin.datasets.indexed:IndexedRecordsMixin', 'vit_plugin.datasets.label_subset:LabelSubsetDataset',
          'vit_plugin.datasets.skip:SkipBadSamples'),
         'whether full_init ran (lazy_init): full_init returns early on it; our dataset wrappers keep '
         "the flag under the same name, as mmengine's own wrappers (ConcatDataset ...) do"),
     '_indices': Inherited(
-        'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.compact_index:CompactListMixin',),
-        "the dataset's ``indices`` argument, which the compact index applies itself in full_init"),
+        'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.indexed:IndexedRecordsMixin',),
+        "the dataset's ``indices`` argument, which an index-backed dataset applies itself in full_init"),
     '_serialize_data': Inherited(
         'mmengine.dataset.base_dataset:BaseDataset', ('vit_plugin.datasets.checked:_make_checked',),
         'packs data_list into arrays and fails without a word on an empty list; ours names the file first'),

@@ -12,8 +12,8 @@ and keep ``vit_plugin.SkipBadSamplesHook`` among the hooks (vit_plugin's default
 ``default_hooks.bad_samples``; other runtimes add ``custom_hooks=[dict(type='vit_plugin.SkipBadSamplesHook')]``).
 
 * A sample whose loading raises ``ImageDecodeError`` (truncated, not an image, unsupported mode, too
-  large, corrupt) or ``FileNotFoundError`` is replaced by another sample chosen deterministically from
-  its index (:func:`replacement_candidates`): the next one, then a fixed pseudo-random sequence. The
+  large, corrupt), ``FileNotFoundError`` or ``ShardReadError`` (its byte range of a tar shard cannot be
+  read) is replaced by another sample chosen deterministically from its index (:func:`replacement_candidates`): the next one, then a fixed pseudo-random sequence. The
   same bad index always gets the same replacement, so ``--resume`` repeats the uninterrupted run.
 * The replacement carries the record ``(index, path, reason)`` of every bad sample it stands for in its
   data sample's metainfo (``bad_samples``). The records travel with the batch from the data-loader
@@ -31,12 +31,14 @@ from mmengine.dataset import BaseDataset
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 
 from vit_plugin.datasets.decode import ImageDecodeError
+from vit_plugin.datasets.shard_files import ShardReadError
 from vit_plugin.registry import DATASETS
 
 #: Metainfo key of a replacement's data sample: a tuple of ``(index, path, reason)`` records.
 RECORD_KEY = 'bad_samples'
-#: Exceptions that mark a sample as bad (anything else propagates).
-SKIPPED_ERRORS = (ImageDecodeError, FileNotFoundError)
+#: Exceptions that mark a sample as bad (anything else propagates): a bad image, a missing file, or a
+#: byte range of a tar shard that cannot be read (truncated, unreachable).
+SKIPPED_ERRORS = (ImageDecodeError, FileNotFoundError, ShardReadError)
 
 _MASK64 = (1 << 64) - 1
 
@@ -77,6 +79,8 @@ def describe_error(err: BaseException, fallback_path: Optional[str]) -> Tuple[st
         return str(err.path or fallback_path), f'{err.reason} ({err.detail})' if err.detail else err.reason
     if isinstance(err, FileNotFoundError):
         return str(err.filename or fallback_path), 'missing file'
+    if isinstance(err, ShardReadError):
+        return str(err.url or fallback_path), err.reason or 'unreadable shard'
     return str(fallback_path), f'{type(err).__name__}: {err}'
 
 

@@ -155,7 +155,8 @@ class LoadAndInceptionCrop(BaseTransform):
     low-passes each 8x8 block in the DCT domain). Otherwise, and for other formats, the output is
     identical to the two-step pipeline's: the same OpenCV decode, crop and resize.
 
-    **Required Keys:** ``img_path``.
+    **Required Keys:** ``img_path``; ``img_bytes`` when present (a sample of
+    ``vit_plugin.TarShardDataset``) is decoded instead of reading ``img_path``, and removed.
 
     **Added Keys:** ``img`` (BGR uint8, ``scale`` sized), ``img_shape`` (the output's
     ``img.shape``, as ``RandomResizedCrop`` writes it), ``ori_shape`` (the file's full-resolution
@@ -223,7 +224,9 @@ class LoadAndInceptionCrop(BaseTransform):
     def transform(self, results: dict) -> dict:
         """Decode ``results['img_path']`` and write the resized crop (see the class docstring)."""
         path = results['img_path']
-        data = fileio.get(path, backend_args=self.backend_args)
+        data = results.pop('img_bytes', None)  # a sample read from a tar shard brings its bytes
+        if data is None:
+            data = fileio.get(path, backend_args=self.backend_args)
         info = inspect_image(data, path, self.max_pixels)
         height, width = info.height, info.width
         box = top, left, crop_h, crop_w = self._box(height, width)  # the only draw
@@ -282,7 +285,9 @@ class LoadImageFromFile(MMCVLoadImageFromFile):
     ``ImageDecodeError`` naming the file and the reason (mmcv's raises ``AssertionError: failed to
     load image`` for some of them and decodes the others, e.g. a truncated file that the OpenCV build
     fills with grey, or a 30,000 x 30,000 header that it allocates). A result that already holds an
-    ``img`` and no ``img_path`` (an inferencer that loaded the image itself) passes through.
+    ``img`` and no ``img_path`` (an inferencer that loaded the image itself) passes through; one with
+    ``img_bytes`` (a sample of ``vit_plugin.TarShardDataset``) has those bytes decoded instead of the file
+    ``img_path``, which then only names the sample in messages.
 
     Args:
         to_float32 (bool): Return float32 pixels. Defaults to False.
@@ -321,9 +326,10 @@ class LoadImageFromFile(MMCVLoadImageFromFile):
         if 'img_path' not in results and 'img' in results:
             return results
         filename = results['img_path']
-        if self.file_client_args is not None:
+        data = results.pop('img_bytes', None)  # a sample read from a tar shard brings its bytes
+        if data is None and self.file_client_args is not None:
             data = fileio.FileClient.infer_client(self.file_client_args, filename).get(filename)
-        else:
+        elif data is None:
             data = fileio.get(filename, backend_args=self.backend_args)
         img = decode.decode_image(data, filename, self.color_type, self.imdecode_backend, self.max_pixels)
         if self.to_float32:

@@ -17,9 +17,10 @@ import torch
 
 from mmengine.hooks import RuntimeInfoHook
 from mmengine.logging import print_log
-from mmengine.runner.loops import EpochBasedTrainLoop, IterBasedTrainLoop, TestLoop, ValLoop
+from mmengine.runner.loops import EpochBasedTrainLoop, TestLoop, ValLoop
 
 from vit_plugin.compat import mmengine as mmengine_compat
+from vit_plugin.engine.loops import IterBasedTrainLoop, ResumableDataloaderIterator
 from vit_plugin.registry import LOOPS
 
 from . import runtime
@@ -75,6 +76,7 @@ class DeviceLoader:
     dataset = property(lambda self: self.dataloader.dataset)
     sampler = property(lambda self: self.dataloader.sampler)
     batch_sampler = property(lambda self: self.dataloader.batch_sampler)
+    batch_size = property(lambda self: self.dataloader.batch_size)
 
     def __len__(self):
         return len(self.dataloader)
@@ -87,19 +89,6 @@ class DeviceLoader:
         earlier) or over a new host iterator."""
         self._host.next_iterator = iter(self.dataloader) if host_iterator is None else host_iterator
         return iter(self._device_loader)
-
-
-class _InfiniteDeviceIterator(mmengine_compat.InfiniteDataloaderIterator):
-    """mmengine's restarting iterator of IterBasedTrainLoop, on a :class:`DeviceLoader`.
-
-    Starts from the host iterator mmengine's loop already made, so the run draws from the global
-    generator exactly where the eager run does (another ``iter()`` would shift every later draw).
-    """
-
-    def __init__(self, device_loader: DeviceLoader, host_iterator):
-        self._dataloader = device_loader
-        self._iterator = device_loader.iterate(host_iterator)
-        self._epoch = 0
 
 
 def _check_fixed_shapes(dataloader, what: str) -> None:
@@ -180,16 +169,17 @@ class XLAEpochBasedTrainLoop(_XLATrainMixin, EpochBasedTrainLoop):
 
 @LOOPS.register_module()
 class XLAIterBasedTrainLoop(_XLATrainMixin, IterBasedTrainLoop):
-    """mmengine's IterBasedTrainLoop on an XLA device (arguments as :class:`XLAEpochBasedTrainLoop`,
-    with ``max_iters`` and ``val_interval=1000`` as in mmengine)."""
+    """vit_plugin's IterBasedTrainLoop on an XLA device (arguments as :class:`XLAEpochBasedTrainLoop`,
+    with ``max_iters`` and ``val_interval=1000`` as in mmengine). A resume skips in the sampler, as
+    :class:`vit_plugin.engine.loops.IterBasedTrainLoop` does: the host iterator is made at the first
+    batch, from the resumed position."""
 
     def __init__(self, runner, dataloader, max_iters: int, val_begin: int = 1,
                  val_interval: int = 1000, dynamic_intervals=None, warmup_iters=None,
                  loader_kwargs=None):
         super().__init__(runner, dataloader, max_iters, val_begin, val_interval, dynamic_intervals)
         self._setup_xla(warmup_iters, loader_kwargs)
-        self.dataloader_iterator = _InfiniteDeviceIterator(self.device_loader,
-                                                           self.dataloader_iterator._iterator)
+        self.dataloader_iterator = ResumableDataloaderIterator(self.device_loader)
 
     def run_iter(self, data_batch: Sequence[dict]) -> None:
         self._train_step(self._iter, data_batch)

@@ -20,5 +20,5 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=False, begin=0, end=warmup_iters),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=warmup_iters, end=max_iters),
 ]
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters)
+train_cfg = dict(type='vit_plugin.IterBasedTrainLoop', max_iters=max_iters)
 log_processor = dict(by_epoch=False)

@@ -25,7 +25,7 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=False, begin=warmup_steps, end=max_steps),
 ]
 
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_steps, val_interval=max_steps)
+train_cfg = dict(type='vit_plugin.IterBasedTrainLoop', max_iters=max_steps, val_interval=max_steps)
 val_cfg = dict()
 test_cfg = dict()
 

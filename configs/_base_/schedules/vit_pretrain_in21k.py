@@ -30,7 +30,7 @@ param_scheduler = [
          end=max_steps),
 ]
 
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_steps)
+train_cfg = dict(type='vit_plugin.IterBasedTrainLoop', max_iters=max_steps)
 # ImageNet-21k has no official validation split; the dataset configs leave validation off.
 val_cfg = None
 test_cfg = None

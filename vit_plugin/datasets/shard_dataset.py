@@ -1,0 +1,190 @@
+"""``vit_plugin.TarShardDataset``: images read straight from tar shards, local or remote, without extracting.
+
+The shards are indexed once (:mod:`~vit_plugin.datasets.tar_index`); a sample's bytes are then one
+byte-range read (:class:`~vit_plugin.datasets.shard_files.ShardReader`: ``pread`` locally, a shared chunk
+cache with read-ahead remotely), handed to the pipeline as ``img_bytes`` next to ``img_path``
+(``<shard>:<member>``, how messages name it). vit_plugin's loaders (``LoadAndInceptionCrop``,
+``LoadImageFromFile``) decode those bytes exactly as they decode a file, so the pipeline of a config
+is unchanged.
+
+Records are mmpretrain's (``img_path``, ``gt_label``, ``sample_idx``, plus ``img_bytes`` and ``key`` when a
+sample is loaded), served from the index (:class:`~vit_plugin.datasets.indexed.IndexedRecordsMixin`:
+``indices``, ``get_subset``, ``get_gt_labels`` as in mmengine). Use it with
+``vit_plugin.BlockShuffleSampler``, which keeps reads near-sequential within a shard, sees every sample
+once per epoch and resumes at once. docs/data.md has the formats, configs and label spaces.
+"""
+import os
+from typing import Optional, Sequence, Union
+
+import numpy as np
+from mmengine.dataset.base_dataset import force_full_init
+from mmengine.dist import barrier, get_world_size, is_distributed
+from mmpretrain.datasets import BaseDataset
+
+from vit_plugin import label_spaces
+from vit_plugin.datasets.indexed import IndexedRecordsMixin
+from vit_plugin.datasets.shard_files import ShardReader, ShardReadError
+from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
+from vit_plugin.datasets.transforms import LoadAndInceptionCrop, LoadImageFromFile
+from vit_plugin.registry import DATASETS
+
+
+class SampleReadError(ShardReadError):
+    """A sample's bytes could not be read from its shard (mid-run); names the shard and the member.
+
+    Like a bad image, it stops training, or is counted and replaced under ``vit_plugin.SkipBadSamples``.
+    """
+
+    def __init__(self, location: str, reason: str = ''):
+        super().__init__(location, reason)
+        self.path = location
+
+
+@DATASETS.register_module()
+class TarShardDataset(IndexedRecordsMixin, BaseDataset):
+    """Images and labels from tar shards (WebDataset layout) or a tar of per-synset tars.
+
+    Args:
+        data_root (str): The shards' folder: a local path or an fsspec URL (``s3://``, ``gs://``,
+            ``https://``, ``hf://datasets/<org>/<name>``).
+        shards (str | list[str], optional): A brace pattern (``'imagenet22k-train-{0000..4095}.tar'``) or
+            names; None: the split's shards from ``_info.json`` / ``info.json``, else the folder's
+            ``.tar`` files with ``-<split>-`` in their names (all of them when ``split`` is None).
+        split (str, optional): The split's name in the split file. Defaults to 'train'.
+        layout (str): ``'webdataset'`` (samples of members sharing a key) or ``'tar_of_tars'``
+            (``fall11_whole.tar``, ``ILSVRC2012_img_train.tar``). Defaults to 'webdataset'.
+        label (dict, optional): ``dict(source='cls')`` (the default), ``dict(source='json', key='label')``
+            or ``dict(source='synset')`` (the key's synset prefix, or the inner tar's name).
+        label_space (str, optional): The class order of the labels (:mod:`vit_plugin.label_spaces`:
+            ``'fall11'``, ``'google21k'``, ``'imagenet1k'``): synsets are numbered in it, and its class
+            names become the dataset's ``classes``. None with ``source='synset'``: the sorted synsets of
+            the data (winter21). Defaults to None.
+        target_label_space (str, optional): Give labels in this order instead, e.g. ``'google21k'`` to
+            evaluate an official ImageNet-21k head on timm's ``fall11`` shards. Defaults to None.
+        num_classes (int, optional): Every label must lie in ``[0, num_classes)``; checked when the
+            index opens, naming the shard and the key. Defaults to None.
+        index_file (str, optional): Where the index lives; default beside local writable shards, else
+            under ``~/.cache/vit_plugin/shard_index``.
+        index_workers (int, optional): Processes that build the index; default every core.
+        reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader` settings for
+            remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``).
+        pipeline, test_mode, indices, lazy_init, metainfo, max_refetch: As mmengine's ``BaseDataset``.
+    """
+
+    def __init__(self, data_root: str, shards: Union[None, str, Sequence[str]] = None,
+                 split: Optional[str] = 'train', layout: str = 'webdataset', label: Optional[dict] = None,
+                 label_space: Optional[str] = None, target_label_space: Optional[str] = None,
+                 num_classes: Optional[int] = None, index_file: Optional[str] = None,
+                 index_workers: Optional[int] = None, reader: Optional[dict] = None, pipeline=(),
+                 test_mode: bool = False, indices=None, lazy_init: bool = False,
+                 metainfo: Optional[dict] = None, max_refetch: int = 1000):
+        label = dict(label or {})
+        source = label.pop('source', 'synset' if layout == 'tar_of_tars' else 'cls')
+        json_key = label.pop('key', 'label')
+        if label:
+            raise ValueError(f'TarShardDataset: unknown label option(s) {sorted(label)}; use source= and key=')
+        if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool)
+                                        or num_classes < 1):
+            raise ValueError(f'TarShardDataset: num_classes must be a positive int, got {num_classes!r}')
+        self.shard_root = str(data_root)
+        self.shards, self.split, self.layout = shards, split, layout
+        self.label_space = label_space and label_spaces.canonical_name(label_space)
+        self.target_label_space = target_label_space and label_spaces.canonical_name(target_label_space)
+        synsets = (label_spaces.synsets(self.label_space) if source == 'synset' and self.label_space else None)
+        self.rule = LabelRule(source, json_key, synsets)
+        self.num_classes = num_classes
+        self.index_file, self.index_workers = index_file, index_workers
+        self.reader = ShardReader(**(reader or {}))
+        self._labels = None  # the labels after target_label_space
+        super().__init__(ann_file='', metainfo=metainfo, data_root='', pipeline=pipeline, test_mode=test_mode,
+                         indices=indices, lazy_init=lazy_init, max_refetch=max_refetch)
+        _check_loader(self.pipeline)
+
+    def _open_index(self) -> TarShardIndex:
+        shard_list = resolve_shards(self.shard_root, self.shards, self.split)
+        open_args = dict(layout=self.layout, rule=self.rule, index_path=self.index_file, split=self.split,
+                         workers=self.index_workers)
+        # One process per node builds (the others would repeat its work), the others then open it.
+        if is_distributed() and get_world_size() > 1:
+            if int(os.environ.get('LOCAL_RANK', '0')) == 0:
+                TarShardIndex.open(shard_list, **open_args)
+            barrier()
+        index = TarShardIndex.open(shard_list, **open_args)
+        labels = index.labels
+        if self.target_label_space:
+            source_space = self.label_space
+            if source_space is None:
+                raise TarIndexError('target_label_space needs label_space: the order the shards\' labels are in')
+            mapped = label_spaces.index_map(source_space, self.target_label_space)[np.asarray(labels)]
+            if (mapped < 0).any():
+                row = int(np.argmax(mapped < 0))
+                raise TarIndexError(f'{index.location(row)}: class {int(labels[row])} of {source_space} has no '
+                                    f'counterpart in {self.target_label_space}; choose another target_label_space')
+            labels = mapped.astype(np.int32)
+        self._labels = labels
+        if self.num_classes is not None:
+            _check_range(index, labels, self.num_classes)
+        classes = self._class_names(index)
+        if classes is not None and 'classes' not in self._metainfo:
+            self._metainfo['classes'] = classes
+        return index
+
+    def _class_names(self, index: TarShardIndex):
+        space = self.target_label_space or self.label_space
+        if space:
+            return label_spaces.class_names(space)
+        return index.synsets  # the data's own synsets (source='synset' without a label space), else None
+
+    def _record(self, row: int) -> dict:
+        index = self._index
+        return {'img_path': index.location(row), 'gt_label': int(self._labels[row]), 'key': index.key(row)}
+
+    @force_full_init
+    def get_cat_ids(self, idx: int):
+        return [int(self._labels[self.row_of(idx)])]
+
+    @force_full_init
+    def get_gt_labels(self) -> np.ndarray:
+        labels = self._labels
+        return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
+
+    def prepare_data(self, idx: int):
+        """The record of sample ``idx`` with its image's bytes (``img_bytes``), through the pipeline."""
+        row = self.row_of(idx)
+        record = self._record(row)
+        record['sample_idx'] = int(idx) % len(self)
+        index = self._index
+        shard = index.shard_of(row)
+        try:
+            record['img_bytes'] = self.reader.read(index.shard_url(shard), int(index.offsets[row]),
+                                                   int(index.sizes[row]), fingerprint=index.fingerprints[shard])
+        except ShardReadError as err:
+            raise SampleReadError(record['img_path'], err.reason or str(err)) from None
+        return self.pipeline(record)
+
+    def extra_repr(self):
+        return [f'Shards: {self.shard_root} ({self.layout})', f'Labels: {self.rule.source}'
+                + (f' in {self.label_space}' if self.label_space else '')]
+
+
+def _check_range(index: TarShardIndex, labels: np.ndarray, num_classes: int) -> None:
+    """Every label in ``[0, num_classes)``, or an error naming the first sample outside."""
+    if not len(labels) or (int(labels.min()) >= 0 and int(labels.max()) < num_classes):
+        return
+    row = int(np.argmax((labels < 0) | (labels >= num_classes)))
+    raise TarIndexError(f'{index.location(row)}: label {int(labels[row])} is outside [0, {num_classes}) (the '
+                        f'largest is {int(labels.max())}). Set num_classes (dataset, data preprocessor, head) '
+                        f'to the classes of these labels, or check the label source.')
+
+
+def _check_loader(pipeline) -> None:
+    """The pipeline must start with a loader that reads ``img_bytes``: another one would look for a
+    file named ``<shard>:<member>``."""
+    transforms = getattr(pipeline, 'transforms', [])
+    if transforms and not isinstance(transforms[0], (LoadAndInceptionCrop, LoadImageFromFile)):
+        raise ValueError(f'TarShardDataset: the pipeline starts with {type(transforms[0]).__name__}, which reads '
+                         f"files; start it with dict(type='vit_plugin.LoadImageFromFile') or "
+                         f"dict(type='vit_plugin.LoadAndInceptionCrop', ...), which read the shards' bytes")
+
+
+__all__ = ['TarShardDataset', 'SampleReadError']
