@@ -17,6 +17,8 @@ Examples::
     python tools/convert_checkpoint.py vit-b16.safetensors hf-vit-b16/ --dst-format transformers
     # the encoder of an mmpretrain MAE / MaskFeat training checkpoint (decoder, mask token, HOG dropped)
     python tools/convert_checkpoint.py work_dirs/mae/iter_800.pth mae-encoder.pth --src-format mmpretrain_mim
+    # the official 21,843-class head in the 21,841-class fall11 order of timm's 22k shards (or back)
+    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-fall11.pth --head-label-space google21k:fall11
 
 It prints what it loaded, resized and dropped, and a backbone config for the weights. Unknown or
 missing keys are errors unless --allow-unknown / --allow-missing; DST is written atomically (no
@@ -29,6 +31,7 @@ import sys
 from vit_plugin.checkpoint import CheckpointError, CheckpointFormatError, HubCheckpointError
 from vit_plugin.converters import ConversionError
 from vit_plugin.converters.convert_file import DST_FORMATS, SRC_FORMATS, convert_checkpoint_file
+from vit_plugin.converters.head_label_space import parse_label_space_pair
 from vit_plugin.models.pos_embed import RESIZE_MODES
 
 
@@ -63,6 +66,10 @@ def parse_args(argv=None):
     parser.add_argument('--pos-embed-mode', choices=RESIZE_MODES,
                         help='resize mode used now and recorded for later loads (default: the mode the '
                              'source records, official for .npz sources; else official, the paper\'s resize)')
+    parser.add_argument('--head-label-space', metavar='SRC:DST',
+                        help='reorder the classifier rows from one label space to another, e.g. google21k:fall11 '
+                             '(official in21k head -> timm 22k shards); classes DST lacks are dropped, classes SRC '
+                             'lacks get zero rows (names: fall11, google21k, winter21, imagenet1k, or aliases)')
     parser.add_argument('--allow-unknown', action='store_true', help='drop source keys that are not understood')
     parser.add_argument('--allow-missing', action='store_true', help='accept sources that lack model weights')
     parser.add_argument('--no-progress', action='store_true', help='no progress bar (shown for files over 64 MiB)')
@@ -84,12 +91,13 @@ def main(argv=None) -> int:
             return 2
         patch_size = tuple(args.patch_size) if len(args.patch_size) == 2 else args.patch_size[0]
     try:
+        head_label_space = None if args.head_label_space is None else parse_label_space_pair(args.head_label_space)
         report, meta = convert_checkpoint_file(
             args.src, args.dst, src_format=args.src_format, dst_format=args.dst_format, arch=args.arch,
             backbone_only=args.backbone_only, num_classes=args.num_classes, keep_pre_logits=args.keep_pre_logits,
             img_size=img_size, patch_size=patch_size, pos_embed_grid=args.pos_embed_grid, pos_embed_mode=args.pos_embed_mode,
             allow_unknown=args.allow_unknown, allow_missing=args.allow_missing, show_progress=not args.no_progress,
-            num_heads=args.num_heads)
+            num_heads=args.num_heads, head_label_space=head_label_space)
     except (ConversionError, CheckpointError, CheckpointFormatError, HubCheckpointError, FileNotFoundError,
             ValueError) as err:
         print(f'error: {err}', file=sys.stderr)

@@ -16,6 +16,10 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from vit_plugin.label_spaces import spaces_of_size
+
+from .adapting import AdaptsIncomingWeights
+
 #: Prefix of the backbone's weights in mmpretrain / mmdet models.
 BACKBONE_PREFIX = 'backbone.'
 
@@ -48,6 +52,19 @@ def _shape(t) -> Tuple[int, ...]:
     return tuple(t.shape)
 
 
+def _label_space_hint(key: str, theirs: Tuple[int, ...], ours: Tuple[int, ...]) -> Optional[str]:
+    """What to set when a ViT classifier's rows are the classes of another label space (e.g. the
+    21,843 of the official ImageNet-21k weights in a model for timm's 21,841 fall11 classes)."""
+    if not key.endswith(('layers.head.weight', 'layers.head.bias')) or theirs[1:] != ours[1:]:
+        return None
+    src, dst = spaces_of_size(theirs[0]), spaces_of_size(ours[0])
+    if not src or not dst:
+        return None
+    return (f"{key} has {theirs[0]} rows in the checkpoint and {ours[0]} in the model; if these are label spaces "
+            f"{src[0]} and {dst[0]}, set head=dict(type='vit_plugin.LabelSpaceClsHead', label_space={dst[0]!r}, "
+            f"checkpoint_label_space={src[0]!r}) (docs/checkpoints.md#label-spaces)")
+
+
 def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str, backbone_only: bool = False,
                    option: str = '--backbone-only') -> Dict[str, torch.Tensor]:
     """Check that ``state`` fits ``model`` outside the backbone; return what to load.
@@ -55,7 +72,10 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
     A bare backbone file (keys without ``backbone.``, e.g. converted official weights) gets the prefix.
     With ``backbone_only``, only the backbone's weights are returned (the rest of the model keeps its
     initialisation, on purpose). Otherwise every weight outside the backbone must be in ``state`` with
-    the model's shape, and ``state`` may hold nothing the model lacks there.
+    the model's shape, and ``state`` may hold nothing the model lacks there; modules that adapt incoming
+    weights (:class:`~vit_plugin.checkpoint.adapting.AdaptsIncomingWeights`, e.g. a head that reorders
+    the rows of another label space) do so first, and a ViT classifier of another label space's size gets
+    a message naming the head to set.
 
     Raises:
         CheckpointMismatchError: naming the weights, the checkpoint's and the model's shapes, and
@@ -71,7 +91,15 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
                                       f'matches the backbone\'s names); it is not a checkpoint of this model.')
     if backbone_only:
         return backbone
+    state = dict(state)
+    for name, module in model.named_modules():  # e.g. a head that reorders another label space's rows
+        if isinstance(module, AdaptsIncomingWeights):
+            try:
+                module.adapt_incoming_weights(state, f'{name}.' if name else '')
+            except ValueError as err:
+                raise CheckpointMismatchError(f'{source}: {err}') from None
     problems: List[str] = []
+    hints: List[str] = []
     for key, value in model_state.items():
         if key.startswith(BACKBONE_PREFIX) or key.startswith('data_preprocessor.'):
             continue
@@ -80,10 +108,13 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
         elif _shape(state[key]) != _shape(value):
             problems.append(f'{key} has shape {_shape(state[key])} in the checkpoint and {_shape(value)} in the '
                             f'model')
+            hints += [h for h in [_label_space_hint(key, _shape(state[key]), _shape(value))] if h]
     extra = [k for k in state if not k.startswith(BACKBONE_PREFIX) and k not in model_state]
     problems += [f'{k} {_shape(state[k])} is in the checkpoint but not in the model' for k in extra]
     if problems:
         shown = '; '.join(problems[:4]) + (f'; and {len(problems) - 4} more' if len(problems) > 4 else '')
+        if hints:
+            raise CheckpointMismatchError(f'{source}: {hints[0]}')
         raise CheckpointMismatchError(
             f'{source} does not fit the model built from the config outside its backbone: {shown}. Use the config '
             f'the checkpoint was trained with, or pass {option} to load only the backbone on purpose (the rest keeps '

@@ -21,6 +21,7 @@ from .jax_npz import convert_jax_vit, read_npz
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
 from .finetune_head import finetune_transfer
+from .head_label_space import convert_head_label_space
 from .transformers_vit import is_transformers_vit, read_transformers_config, transformers_to_vit, vit_to_transformers
 
 SRC_FORMATS = ('auto', 'jax', 'timm', 'mmpretrain', 'mmpretrain_mim', 'vit_plugin', 'transformers')
@@ -261,7 +262,9 @@ def convert_checkpoint_file(src: str,
                             allow_unknown: bool = False,
                             allow_missing: bool = False,
                             show_progress: bool = True,
-                            num_heads: Optional[int] = None) -> Tuple[ConversionReport, Dict[str, Any]]:
+                            num_heads: Optional[int] = None,
+                            head_label_space: Optional[Tuple[str, str]] = None
+                            ) -> Tuple[ConversionReport, Dict[str, Any]]:
     """Convert ``src`` to ``dst`` (see ``tools/convert_checkpoint.py --help`` for the options).
 
     ``src`` is a file of any accepted format (told by its content), a model folder or an ``hf-hub:``
@@ -271,11 +274,17 @@ def convert_checkpoint_file(src: str,
     temporary file in the same directory and renamed into place, so a failure never leaves a
     partial ``dst``.
 
+    ``head_label_space=(src, dst)`` reorders the classifier's rows from label space ``src`` to ``dst``
+    (:func:`~vit_plugin.converters.head_label_space.convert_head_label_space`).
+
     Returns:
         tuple: (:class:`ConversionReport`, meta dict stored with the weights, incl. ``model_cfg``).
     """
     if src_format not in SRC_FORMATS or dst_format not in DST_FORMATS:
         raise ConversionError(f'--src-format must be one of {SRC_FORMATS} and --dst-format one of {DST_FORMATS}')
+    if head_label_space is not None and (num_classes is not None or backbone_only):
+        raise ConversionError('--head-label-space reorders the classifier, which --num-classes and --backbone-only '
+                              'drop; pass one of them')
     src, config_file = resolve_source(src)
     if osp.realpath(src) == osp.realpath(dst) or (
             dst_format == 'transformers' and osp.realpath(osp.dirname(osp.abspath(src))) == osp.realpath(dst)):
@@ -300,6 +309,12 @@ def convert_checkpoint_file(src: str,
             meta['model_cfg']['img_size'] = to_2tuple(img_size)
     if pos_embed_mode is not None:
         state_dict[bp + MODE_KEY] = encode_resize_mode(pos_embed_mode)
+    if head_label_space is not None:
+        classes = meta.get('dataset_meta', {}).get('classes')
+        state_dict, report, classes = convert_head_label_space(state_dict, *head_label_space, classes=classes,
+                                                               report=report)
+        if classes is not None:
+            meta['dataset_meta'] = dict(meta['dataset_meta'], classes=classes)
     if num_classes is not None:
         state_dict, report = finetune_transfer(state_dict, num_classes, keep_pre_logits, report=report)
         if 'model_cfg' in meta:

@@ -1,4 +1,5 @@
 from .backbones import *  # noqa: F401,F403
+from .heads import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403
 from .input_norm import check_input_normalization
 from .patch_resize import resize_patch_embed

@@ -1,0 +1,320 @@
+"""Label spaces: which class each label index of an ImageNet head or data set means.
+
+The same ImageNet synset has another index in each release a checkpoint or a data set follows:
+
+* ``'fall11'`` -- the fall 2011 release (``fall11_whole.tar``), 21,841 synsets in sorted order: the
+  labels of timm's ``imagenet-22k`` WebDataset shards (aliases ``'imagenet22k'``, ``'in22k'``);
+* ``'google21k'`` -- Google's 21,843-class order of the paper and of the official checkpoints: the
+  fall11 synsets plus two (``n03931044``, ``n09859684``), sorted (aliases ``'imagenet21k_goog'``,
+  ``'in21k'``, ``'imagenet21k'``);
+* ``'winter21'`` -- the winter 2021 release, 19,167 synsets. No list of them ships with any installed
+  package (timm holds only the 10,450-class MIIL subset), so this space is the sorted set of synsets
+  found in the data, registered by :func:`label_space_from_synsets` (aliases ``'imagenet_w21'``, ``'w21'``);
+* ``'imagenet1k'`` -- the 1,000 sorted synsets of ILSVRC-2012 (aliases ``'in1k'``, ``'imagenet'``).
+
+The synset lists are read from the installed ``timm`` wheel (``timm/data/_info/``), once per process;
+timm is not needed for anything else here, and the counts, ImageNet-1k's class names and the spaces
+built from data work without it. :func:`index_map` and :func:`remap_labels` translate labels between
+spaces; the head of a checkpoint is translated by
+:func:`vit_plugin.models.heads.remap_head_rows` (docs/checkpoints.md, "Label spaces").
+"""
+import csv
+import functools
+import importlib.resources
+import importlib.util
+import re
+from typing import Dict, Iterable, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+
+class LabelSpaceError(ValueError):
+    """An unknown label space, a label without counterpart, or synsets that do not form the space."""
+
+
+class _Builtin(NamedTuple):
+    file: Optional[str]  # in timm/data/_info/; None: built from the data
+    num_classes: int
+
+
+#: The label spaces this module knows by name, with their class counts.
+BUILTIN_SPACES: Dict[str, _Builtin] = {
+    'fall11': _Builtin('imagenet22k_synsets.txt', 21841),
+    'google21k': _Builtin('imagenet21k_goog_synsets.txt', 21843),
+    'winter21': _Builtin(None, 19167),  # no list installed anywhere: built from the synsets in the data
+    'imagenet1k': _Builtin('imagenet_synsets.txt', 1000),
+}
+
+#: Other names of the spaces, compared without case, '-', '_' or spaces (timm's subset names included).
+ALIASES: Dict[str, str] = {
+    'imagenet22k': 'fall11', 'in22k': 'fall11', 'fall2011': 'fall11',
+    'imagenet21kgoog': 'google21k', 'in21k': 'google21k', 'imagenet21k': 'google21k', 'goog21k': 'google21k',
+    'imagenetw21': 'winter21', 'w21': 'winter21', 'winter2021': 'winter21',
+    'in1k': 'imagenet1k', 'imagenet': 'imagenet1k', 'ilsvrc2012': 'imagenet1k',
+}
+
+_LEMMA_FILE = 'imagenet_synset_to_lemma.txt'
+_SYNSET = re.compile(r'n\d{8}')
+
+#: Spaces built from data (:func:`label_space_from_synsets`), by canonical name.
+_REGISTERED: Dict[str, Tuple[str, ...]] = {}
+
+
+def _key(name: str) -> str:
+    return re.sub(r'[-_\s]', '', name.lower())
+
+
+def _registered_name(name: str) -> str:
+    """The name a space built from data is kept under: a built-in's (through its aliases), a name
+    registered before that compares equal, or ``name`` itself."""
+    key = _key(name)
+    if key in BUILTIN_SPACES or key in ALIASES:
+        return ALIASES.get(key, key)
+    return next((registered for registered in _REGISTERED if _key(registered) == key), name)
+
+
+def canonical_name(space: str) -> str:
+    """The canonical name of ``space`` (a name or an alias, e.g. 'in22k' -> 'fall11').
+
+    Raises:
+        LabelSpaceError: no such space.
+    """
+    if not isinstance(space, str):
+        raise LabelSpaceError(f'a label space is named by a string, got {space!r}')
+    key = _key(space)
+    if key in BUILTIN_SPACES:
+        return key
+    if key in ALIASES:
+        return ALIASES[key]
+    for registered in _REGISTERED:
+        if _key(registered) == key:
+            return registered
+    known = ', '.join(sorted(set(BUILTIN_SPACES) | set(_REGISTERED)))
+    raise LabelSpaceError(f'unknown label space {space!r}; choose one of {known} (or an alias, e.g. in22k, in21k, '
+                          f'in1k), or register one built from data with label_space_from_synsets')
+
+
+def _timm_info(user: str, file: str) -> str:
+    """The text of ``timm/data/_info/<file>``, read without importing timm.
+
+    ``import timm`` loads torch and every timm model (seconds); the lists are plain data files of the
+    installed wheel, so they are read through the package's resource reader alone (a module object
+    made from timm's import spec, never executed).
+    """
+    spec = importlib.util.find_spec('timm')
+    if spec is None:
+        raise ModuleNotFoundError(f'{user} needs {file} from the timm package, which is not installed: '
+                                  f'pip install timm')
+    info = importlib.resources.files(importlib.util.module_from_spec(spec)) / 'data' / '_info' / file
+    try:
+        return info.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        raise ModuleNotFoundError(f'{user} needs {file}, which the installed timm lacks (data/_info/); '
+                                  f'pip install -U timm') from None
+
+
+@functools.lru_cache(maxsize=None)
+def _file_synsets(space: str) -> Tuple[str, ...]:
+    builtin = BUILTIN_SPACES[space]
+    found = tuple(_timm_info(f'label space {space!r}', builtin.file).split())
+    if len(found) != builtin.num_classes or len(set(found)) != len(found):
+        raise LabelSpaceError(f"timm's data/_info/{builtin.file} holds {len(found)} synsets ({len(set(found))} "
+                              f'distinct), not the {builtin.num_classes} of label space {space!r}; reinstall timm')
+    return found
+
+
+def synsets(space: str) -> Tuple[str, ...]:
+    """The WordNet ids (``'n01440764'`` ...) of ``space``, in label order: label ``i`` is ``synsets(space)[i]``.
+
+    Raises:
+        LabelSpaceError: unknown space, or ``'winter21'`` before it was built from the data.
+        ModuleNotFoundError: the space's list comes from timm, which is not installed.
+    """
+    name = canonical_name(space)
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if BUILTIN_SPACES[name].file is None:
+        raise LabelSpaceError(f'label space {name!r} has no list installed anywhere; build it from the synsets of '
+                              f'your data: vit_plugin.label_spaces.label_space_from_synsets(synsets, {name!r})')
+    return _file_synsets(name)
+
+
+def num_classes(space: str) -> int:
+    """The number of classes of ``space`` (the documented count of a built-in space: no file is read)."""
+    name = canonical_name(space)
+    if name in _REGISTERED:
+        return len(_REGISTERED[name])
+    return BUILTIN_SPACES[name].num_classes
+
+
+def spaces_of_size(count: int) -> Tuple[str, ...]:
+    """The canonical names of the known spaces (built-in or registered) with ``count`` classes."""
+    sizes = {name: b.num_classes for name, b in BUILTIN_SPACES.items()}
+    sizes.update({name: len(s) for name, s in _REGISTERED.items()})
+    return tuple(name for name, size in sizes.items() if size == count)
+
+
+@functools.lru_cache(maxsize=None)
+def _synset_index(name: str) -> Dict[str, int]:
+    return {synset: i for i, synset in enumerate(synsets(name))}
+
+
+def synset_index(space: str) -> Dict[str, int]:
+    """Synset -> label of ``space`` (a new dict; the lookup behind it is cached)."""
+    return dict(_synset_index(canonical_name(space)))
+
+
+@functools.lru_cache(maxsize=None)
+def _lemmas() -> Dict[str, str]:
+    return dict(csv.reader(_timm_info('the class names of the 21k label spaces', _LEMMA_FILE).splitlines(),
+                           delimiter='\t'))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_names(name: str) -> Tuple[str, ...]:
+    if name == 'imagenet1k':
+        # mmpretrain's own list (the names its checkpoints and metrics use), so that ImageNet-1k works
+        # without timm; its order is the sorted synsets'. onedl-mmpretrain 1.3.6 spells two entries
+        # otherwise than WordNet's lemmas ('Ursus americans', 'confectionery, confectionery').
+        from mmpretrain.datasets.categories import IMAGENET_CATEGORIES  # heavy: mmpretrain's datasets
+        return tuple(IMAGENET_CATEGORIES)
+    lemmas = _lemmas()
+    # a synset of a space built from data may be missing from the lemma list: its id is its name
+    return tuple(lemmas.get(synset, synset) for synset in synsets(name))
+
+
+def class_names(space: str) -> Tuple[str, ...]:
+    """Human-readable names of ``space`` in label order (WordNet lemmas, e.g. ``'tench, Tinca tinca'``).
+
+    ImageNet-1k's come from mmpretrain (``IMAGENET_CATEGORIES``, no timm needed); the others from timm's
+    ``imagenet_synset_to_lemma.txt``.
+    """
+    return _class_names(canonical_name(space))
+
+
+@functools.lru_cache(maxsize=None)
+def _index_map(src: str, dst: str) -> np.ndarray:
+    lookup = _synset_index(dst)
+    found = np.fromiter((lookup.get(synset, -1) for synset in synsets(src)), dtype=np.int64,
+                        count=num_classes(src))
+    found.setflags(write=False)  # shared by every caller through the cache
+    return found
+
+
+def index_map(src: str, dst: str) -> np.ndarray:
+    """For each label of ``src``, the label of the same synset in ``dst``, or -1 where ``dst`` lacks it.
+
+    Returns:
+        np.ndarray: int64, shape ``(num_classes(src),)``, read-only (cached). ``index_map('fall11',
+        'google21k')`` is timm's ``imagenet21k_goog_to_22k_indices.txt``: the Google row of each fall11 row.
+    """
+    return _index_map(canonical_name(src), canonical_name(dst))
+
+
+def remap_labels(labels, src: str, dst: str, allow_missing: bool = False) -> np.ndarray:
+    """Labels of ``src`` as the labels of the same synsets in ``dst`` (any shape, vectorised).
+
+    Args:
+        labels (array-like of int): Labels of ``src``.
+        src (str): Their label space.
+        dst (str): The label space to express them in.
+        allow_missing (bool): Map a label whose synset ``dst`` lacks to -1 instead of raising.
+            Defaults to False.
+
+    Returns:
+        np.ndarray: int64, the shape of ``labels``.
+
+    Raises:
+        LabelSpaceError: a label outside ``src``, or (without ``allow_missing``) one without counterpart,
+            named with its position and synset.
+    """
+    labels = np.asarray(labels)
+    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+        raise LabelSpaceError(f'labels must be integers, got dtype {labels.dtype}')
+    labels = labels.astype(np.int64, copy=False)
+    mapping = index_map(src, dst)
+    outside = (labels < 0) | (labels >= len(mapping))
+    if outside.any():
+        where = np.argwhere(outside)[0]
+        raise LabelSpaceError(f'label {labels[tuple(where)]} at index {tuple(where.tolist())} is not a label of '
+                              f'{canonical_name(src)!r}, which has {len(mapping)} classes (0..{len(mapping) - 1})')
+    out = mapping[labels]
+    missing = out < 0
+    if missing.any() and not allow_missing:
+        where = np.argwhere(missing)[0]
+        label = int(labels[tuple(where)])
+        raise LabelSpaceError(
+            f'label {label} ({synsets(src)[label]}) of {canonical_name(src)!r} at index {tuple(where.tolist())} has '
+            f'no counterpart in {canonical_name(dst)!r} ({int(missing.sum())} such labels); pass '
+            f'allow_missing=True to map them to -1, or keep the data in {canonical_name(src)!r}')
+    return out
+
+
+def label_space_from_synsets(found: Iterable[str], name: str = 'winter21',
+                             expected: Optional[int] = None) -> Tuple[str, ...]:
+    """Register the label space made of the sorted distinct synsets ``found`` in a data set, under ``name``.
+
+    This is how ``'winter21'`` exists: no list of its 19,167 synsets ships with any package, so the space
+    is defined by the data (its labels are then the positions in the sorted list, as timm's and
+    image-net.org's sorted releases do). Registering the same synsets again is a no-op; another set
+    under a name already taken, or a built-in list's name, is an error.
+
+    Args:
+        found (iterable of str): Synsets seen in the data, repeats allowed (e.g. one per sample or per
+            inner tar of ``winter21_whole.tar``).
+        name (str): The space's name. Defaults to 'winter21'.
+        expected (int, optional): The count the data must give; defaults to the built-in count for
+            ``'winter21'`` (19,167) and to no check for a new name. Pass 0 to skip the check (e.g. toy
+            data).
+
+    Returns:
+        tuple[str]: The space's synsets in label order.
+
+    Raises:
+        LabelSpaceError: a string that is no WordNet id, a count other than ``expected``, or a name
+            taken by another list.
+    """
+    canonical = _registered_name(name)
+    builtin = BUILTIN_SPACES.get(canonical)
+    if builtin is not None and builtin.file is not None:
+        raise LabelSpaceError(f'label space {canonical!r} is read from timm\'s {builtin.file}; register the synsets '
+                              f'of your data under another name')
+    distinct = set(found)
+    bad = sorted(s for s in distinct if not (isinstance(s, str) and _SYNSET.fullmatch(s)))
+    if bad:
+        raise LabelSpaceError(f'{bad[0]!r} is not a WordNet synset id (n + 8 digits, e.g. n01440764); '
+                              f'{len(bad)} such value(s) among the synsets given for label space {name!r}')
+    ordered = tuple(sorted(distinct))
+    if expected is None and builtin is not None:
+        expected = builtin.num_classes
+    if expected and len(ordered) != expected:
+        raise LabelSpaceError(f'the data holds {len(ordered)} distinct synsets, but label space {canonical!r} has '
+                              f'{expected}: the data is incomplete or another release; pass expected=0 to accept it')
+    if canonical in _REGISTERED and _REGISTERED[canonical] != ordered:
+        raise LabelSpaceError(f'label space {canonical!r} is already registered with {len(_REGISTERED[canonical])} '
+                              f'other synsets in this process; register these under another name')
+    if not ordered:
+        raise LabelSpaceError(f'no synsets given for label space {name!r}')
+    _REGISTERED[canonical] = ordered
+    return ordered
+
+
+def clear_cache() -> None:
+    """Forget every list read so far (e.g. after timm was installed or upgraded in a running process);
+    the spaces built from data stay registered."""
+    for cached in (_file_synsets, _synset_index, _lemmas, _class_names, _index_map):
+        cached.cache_clear()
+
+
+def forget_label_space(name: str) -> None:
+    """Remove a space registered by :func:`label_space_from_synsets` (e.g. between two toy data sets in
+    one process), with everything cached about it. Built-in lists cannot be removed.
+
+    Raises:
+        LabelSpaceError: no space of that name was registered.
+    """
+    canonical = _registered_name(name)
+    if canonical not in _REGISTERED:
+        raise LabelSpaceError(f'no label space {name!r} was registered from data; nothing to forget')
+    del _REGISTERED[canonical]
+    clear_cache()
