@@ -17,6 +17,7 @@ import os
 from typing import Optional, Sequence, Union
 
 import numpy as np
+from mmcv.transforms import LoadImageFromFile as MMCVLoadImageFromFile
 from mmengine.dataset.base_dataset import force_full_init
 from mmengine.dist import barrier, get_world_size, is_distributed
 from mmpretrain.datasets import BaseDataset
@@ -178,13 +179,15 @@ def _check_range(index: TarShardIndex, labels: np.ndarray, num_classes: int) -> 
 
 
 def _check_loader(pipeline) -> None:
-    """The pipeline must start with a loader that reads ``img_bytes``: another one would look for a
-    file named ``<shard>:<member>``."""
-    transforms = getattr(pipeline, 'transforms', [])
-    if transforms and not isinstance(transforms[0], (LoadAndInceptionCrop, LoadImageFromFile)):
-        raise ValueError(f'TarShardDataset: the pipeline starts with {type(transforms[0]).__name__}, which reads '
-                         f"files; start it with dict(type='vit_plugin.LoadImageFromFile') or "
-                         f"dict(type='vit_plugin.LoadAndInceptionCrop', ...), which read the shards' bytes")
+    """The pipeline's image loader must read ``img_bytes``: mmcv's ``LoadImageFromFile`` (and the loaders
+    built on it) would look for a file named ``<shard>:<member>``."""
+    for transform in getattr(pipeline, 'transforms', []):
+        if isinstance(transform, (LoadAndInceptionCrop, LoadImageFromFile)):
+            return
+        if isinstance(transform, MMCVLoadImageFromFile):
+            raise ValueError(f'TarShardDataset: the pipeline loads images with {type(transform).__name__}, which '
+                             f"reads files; use dict(type='vit_plugin.LoadImageFromFile') or "
+                             f"dict(type='vit_plugin.LoadAndInceptionCrop', ...), which read the shards' bytes")
 
 
 __all__ = ['TarShardDataset', 'SampleReadError']

@@ -1,0 +1,89 @@
+"""vit_plugin.IterBasedTrainLoop: a resumed run continues with the uninterrupted run's batches and loads
+none of the skipped ones, on both stacks.
+
+One uninterrupted run and one run resumed from its middle checkpoint, both through ``tools/train.py``
+on the shipped shard config (``_base_/datasets/imagenet21k_wds.py``) with a 2-block ViT, tar shards
+in timm's layout written by the test, 2 data-loader workers and gradient accumulation over 2
+iterations. The pipeline is deterministic (no crop), so that equal batches give equal losses: host-side
+augmentations in the workers draw from the workers' own streams, which a resumed run starts afresh.
+"""
+import os.path as osp
+
+import numpy as np
+import pytest
+
+from helpers.common import REPO
+from helpers.sample_recorder import read_batches, read_loads
+from helpers.tar_shards import make_samples, write_wds
+from helpers.training_runs import run, train_cmd
+
+ITERS = 12  # 6 optimizer steps at global batch 16 = 2 processes' worth of batch 8
+RESUME_AT = 6
+BATCH = 8
+
+
+def write_config(path, shards, loads):
+    bases = [osp.join(REPO, 'configs', '_base_', p) for p in (
+        'models/vit_demo.py', 'datasets/imagenet21k_wds.py', 'schedules/vit_pretrain_in21k.py', 'default_runtime.py')]
+    path.write_text(f"""
+_base_ = {bases!r}
+custom_imports = dict(imports=['vit_plugin', 'sample_recorder'], allow_failed_imports=False)
+model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64)),
+             head=dict(in_channels=32, num_classes=6))
+data_preprocessor = dict(num_classes=6)
+pipeline = [dict(type='RecordLoads', out_dir={loads!r}), dict(type='vit_plugin.LoadImageFromFile'),
+            dict(type='Resize', scale=(32, 32)), dict(type='PackInputs')]
+train_dataloader = dict(batch_size={BATCH}, num_workers=2, persistent_workers=False,
+                        dataset=dict(data_root={shards!r}, label_space=None, num_classes=6, index_workers=2,
+                                     pipeline=pipeline))
+global_batch_size = 16
+param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=2),
+                   dict(type='LinearLR', start_factor=1.0, end_factor=0.0, by_epoch=False, begin=2, end=6)]
+train_cfg = dict(max_iters=6)
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=3, max_keep_ckpts=5))
+custom_hooks = [dict(type='BatchRecorderHook')]
+""")
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp('resume')
+    shards = str(root / 'shards')
+    write_wds(shards, make_samples(160, seed=3, size=32), (40, 40, 40, 40))  # 20 batches per epoch
+    result = {}
+    for name, extra in (('full', ()), ('resumed', ('--resume', str(root / 'full' / f'iter_{RESUME_AT}.pth')))):
+        (root / f'loads_{name}').mkdir()
+        cfg = write_config(root / f'{name}.py', shards, str(root / f'loads_{name}'))
+        proc = run(train_cmd(cfg, root / name, *extra))
+        result[name] = dict(batches=read_batches(root / name), loads=read_loads(str(root / f'loads_{name}')),
+                            output=proc.stdout + proc.stderr)
+    return result
+
+
+@pytest.mark.slow
+def test_a_tiny_vit_trains_from_shards_through_tools_train(runs):
+    full = runs['full']
+    assert sorted(full['batches']) == list(range(ITERS))
+    assert all(np.isfinite(b['loss']) and len(b['paths']) == BATCH for b in full['batches'].values())
+    assert 'Indexed 160 samples of 4 shards' in full['output']
+
+
+@pytest.mark.slow
+def test_the_resumed_run_trains_on_the_uninterrupted_runs_batches(runs):
+    full, resumed = runs['full']['batches'], runs['resumed']['batches']
+    assert sorted(resumed) == list(range(RESUME_AT, ITERS))
+    assert [resumed[i]['paths'] for i in resumed] == [full[i]['paths'] for i in resumed]
+    np.testing.assert_allclose([resumed[i]['loss'] for i in resumed], [full[i]['loss'] for i in resumed],
+                               rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_resumed_run_loads_none_of_the_skipped_batches(runs):
+    skipped = {p for i in range(RESUME_AT) for p in runs['full']['batches'][i]['paths']}
+    trained = {p for i in range(RESUME_AT, ITERS) for p in runs['full']['batches'][i]['paths']}
+    assert skipped <= set(runs['full']['loads'])  # the counter sees what a run loads
+    loads = runs['resumed']['loads']
+    assert not skipped & set(loads)
+    assert trained <= set(loads) and len(loads) <= (ITERS - RESUME_AT + 4) * BATCH  # + what workers prefetch
+    assert 'Resuming at iteration 6: the sampler skips 6 batches (nothing is loaded)' in runs['resumed']['output']
