@@ -2,6 +2,7 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out metrics.json]
         [--cfg-options key=value ...] [--launcher {none,pytorch,slurm,mpi}]
+    python tools/test.py MODEL_NAME [CHECKPOINT] [...]   # a released model (docs/model_zoo.md)
 
 Several processes: ``bash tools/dist_test.sh CONFIG CHECKPOINT NUM_PROCS [args]``. When the config
 has an ``EMAHook`` and the checkpoint holds an EMA state, the averaged weights are evaluated.

@@ -5,7 +5,9 @@ registers every component under the ``vit_plugin`` scope and routes mmengine's c
 through the safe loader of :mod:`vit_plugin.checkpoint`. Without a compiled mmcv it also lets
 ``import mmcv._ext`` find the operators of :mod:`vit_plugin.ops` (first, before anything here reaches
 ``mmcv.ops``). The XLA path (:mod:`vit_plugin.xla`), the figures (:mod:`vit_plugin.evaluation.figures`) and the
-measurements (:mod:`vit_plugin.benchmarks`) are imported only when used.
+measurements (:mod:`vit_plugin.benchmarks`) are imported only when used. The paper's released models
+are known by name (:mod:`vit_plugin.zoo`): ``vit_plugin.get_model(name, pretrained=True)``,
+``vit_plugin.list_models(pattern)``, and mmpretrain's own ``get_model`` / ``list_models`` / inferencers.
 """
 from .version import __version__
 from . import stack as _stack
@@ -23,5 +25,6 @@ from .checkpoint import install as _install_safe_checkpoint_loading  # noqa: E40
 _install_safe_checkpoint_loading()
 
 from . import converters, datasets, engine, evaluation, models  # noqa: E402,F401
+from .zoo import get_model, list_models  # noqa: E402  (the released models, also put into mmpretrain's index)
 
-__all__ = ['__version__']
+__all__ = ['__version__', 'get_model', 'list_models']

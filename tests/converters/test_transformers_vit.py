@@ -2,11 +2,9 @@
 (``google/vit-*``) with its config.json, timm's layout, model folders and ``hf-hub:`` ids read from a
 local hub cache with HF_HUB_OFFLINE=1. Every model is built with the real library at random weights,
 saved with that library's own writer, loaded through our paths and compared with the library's outputs."""
-import hashlib
 import json
 import os
 import os.path as osp
-import shutil
 import subprocess
 import sys
 
@@ -22,28 +20,13 @@ from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
 import vit_plugin  # noqa: F401  (registers the loaders, as custom_imports=['vit_plugin'] does)
 from helpers.common import REPO
+from helpers.hub_cache import COMMIT, hub_cache
 from vit_plugin.apis.convert_checkpoint import main as convert_main
 from vit_plugin.apis.infer import main as infer_main
 from vit_plugin.checkpoint import CheckpointError, read_checkpoint_file
 from vit_plugin.models import ViT
 
 TOL = 1e-5
-COMMIT = '0123456789abcdef0123456789abcdef01234567'
-
-
-def hub_cache(cache, repo_id, folder, commit=COMMIT):
-    """Put the files of ``folder`` into ``cache`` as huggingface_hub lays a downloaded repository out."""
-    repo = osp.join(cache, 'models--' + repo_id.replace('/', '--'))
-    os.makedirs(osp.join(repo, 'blobs'), exist_ok=True)
-    os.makedirs(osp.join(repo, 'snapshots', commit), exist_ok=True)
-    os.makedirs(osp.join(repo, 'refs'), exist_ok=True)
-    for name in os.listdir(folder):
-        with open(osp.join(folder, name), 'rb') as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        shutil.copy(osp.join(folder, name), osp.join(repo, 'blobs', digest))
-        os.symlink(osp.join('..', '..', 'blobs', digest), osp.join(repo, 'snapshots', commit, name))
-    with open(osp.join(repo, 'refs', 'main'), 'w') as f:
-        f.write(commit)
 
 
 @pytest.fixture

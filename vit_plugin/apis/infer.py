@@ -2,6 +2,11 @@
 
     python tools/infer.py CONFIG CHECKPOINT IMAGE_OR_FOLDER [...] [--topk 5] [--batch-size 8]
         [--out results.json] [--out-dir vis/] [--score-thr 0.3] [--device cpu] [--backbone-only]
+    python tools/infer.py MODEL_NAME IMAGE_OR_FOLDER [...] [--topk 5] ...
+
+A released model is named instead of a config and a checkpoint (``vit_plugin.list_models()``, e.g.
+``vit-base-p16_in21k-pre_orig_in1k-384px``; docs/model_zoo.md): its config and weights come from
+:mod:`vit_plugin.zoo`, the weights from the Hugging Face cache (``HF_HUB_OFFLINE=1`` reads only the cache).
 
 A classification config (mmpretrain, e.g. ``configs/vit_demo_digits.py``) prints the ``--topk``
 classes of every image with their names and scores. A detection config (mmdet, e.g.
@@ -27,17 +32,20 @@ from typing import Dict, List
 
 from vit_plugin.checkpoint import CheckpointError, CheckpointMismatchError, is_checkpoint_path
 from vit_plugin.datasets import ImageDecodeError
-from vit_plugin.inference import build_classification_inferencer
+from vit_plugin.inference import CheckedImageClassificationInferencer, build_classification_inferencer
 from vit_plugin.models import check_input_normalization
+from vit_plugin.zoo import UnknownModelError, get_config, get_model
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff')
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('config')
-    parser.add_argument('checkpoint')
-    parser.add_argument('inputs', nargs='+', help='image files and/or folders (searched recursively)')
+    parser.add_argument('config', metavar='CONFIG|MODEL_NAME',
+                        help='config file, or the name of a released model (vit_plugin.list_models())')
+    parser.add_argument('inputs', nargs='+', metavar='[CHECKPOINT] IMAGE',
+                        help='after a config file its CHECKPOINT, then image files and/or folders (searched '
+                        'recursively); a model name brings its own weights')
     parser.add_argument('--topk', type=int, default=5, help='classification: classes shown per image')
     parser.add_argument('--batch-size', type=int, default=8)
     parser.add_argument('--score-thr', type=float, default=0.3, help='detection: lowest score drawn and listed')
@@ -47,7 +55,18 @@ def parse_args(argv=None):
     parser.add_argument('--backbone-only', action='store_true',
                         help='load only the backbone of CHECKPOINT, on purpose: the rest of the model (the head) keeps '
                         'its untrained weights (otherwise a checkpoint that does not fit the config is refused)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.checkpoint = None  # a released model by name: its own weights
+    if is_config_file(args.config):
+        if len(args.inputs) < 2:
+            parser.error(f'{args.config} is a config file: give its CHECKPOINT, then the images')
+        args.checkpoint, args.inputs = args.inputs[0], args.inputs[1:]
+    return args
+
+
+def is_config_file(path: str) -> bool:
+    """Whether the first argument names a config file (else a released model's name)."""
+    return path.endswith('.py') or osp.isfile(path)
 
 
 def collect_images(inputs: List[str]) -> List[str]:
@@ -82,8 +101,15 @@ def task_of(cfg) -> str:
 def classify(cfg, args, images: List[str]) -> List[Dict]:
     import torch
 
-    inferencer = build_classification_inferencer(cfg, args.checkpoint, device=args.device,
-                                                 backbone_only=args.backbone_only)
+    if args.checkpoint is None:  # a released model: its weights loaded strictly, as vit_plugin.get_model does
+        if cfg.model.head is None:
+            raise SystemExit(f'{args.config} is a backbone without classifier; name a classifier of '
+                             f"vit_plugin.list_models(task='Image Classification').")
+        model = get_model(args.config, pretrained=True, device=args.device, backbone_only=args.backbone_only)
+        inferencer = CheckedImageClassificationInferencer(model, pretrained=False, device=args.device)
+    else:
+        inferencer = build_classification_inferencer(cfg, args.checkpoint, device=args.device,
+                                                     backbone_only=args.backbone_only)
     check_input_normalization(inferencer.model)
     classes = inferencer.classes
     results = []
@@ -126,9 +152,15 @@ def main(argv=None):
     from mmengine.config import Config
 
     images = collect_images(args.inputs)
-    if not is_checkpoint_path(args.checkpoint):
+    if args.checkpoint is None:
+        try:
+            cfg = get_config(args.config)
+        except UnknownModelError as err:
+            raise SystemExit(f'ERROR: {err}') from None
+    elif not is_checkpoint_path(args.checkpoint):
         raise SystemExit(f'{args.checkpoint}: no such checkpoint file or folder.')
-    cfg = Config.fromfile(args.config)
+    else:
+        cfg = Config.fromfile(args.config)
     if args.device is None:
         import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'

@@ -6,7 +6,7 @@ from typing import Any, Dict
 
 from vit_plugin.compat import Inherited
 
-__all__ = ['dataset_meta', 'set_dataset_meta', 'INHERITED']
+__all__ = ['add_to_model_index', 'dataset_meta', 'set_dataset_meta', 'set_model_index_entry', 'INHERITED']
 
 
 def dataset_meta(model) -> Any:
@@ -22,6 +22,35 @@ def set_dataset_meta(model, meta) -> None:
     """Attach ``meta`` where ``ImageClassificationInferencer`` looks for the class names (see
     :func:`dataset_meta`)."""
     model._dataset_meta = meta
+
+
+def add_to_model_index(entry) -> None:
+    """Put one ``modelindex`` entry into mmpretrain's model index, which ``get_model``, ``list_models``,
+    ``inference_model`` and the inferencers read by name.
+
+    ``ModelHub.register_model_index`` is the public way, but it reads a model-index.yml file whose
+    entries name config *files*; vit_plugin's released models build their configs in code (so the names
+    work from an installed wheel, without configs/), and the index accepts a config object as well. This
+    does what ``register_model_index`` does for each entry of such a file: it keys the entry by its
+    lower-case name in ``ModelHub._models_dict`` and refuses a name that is taken by another entry
+    (registering the same name twice is a no-op).
+
+    Raises:
+        ValueError: the name is taken by a model of mmpretrain's or another registration.
+    """
+    from mmpretrain.apis import ModelHub
+    models = ModelHub._models_dict
+    key = entry.name.lower()
+    if key in models and models[key].weights != entry.weights:
+        raise ValueError(f'the model name {entry.name!r} is already in mmpretrain\'s model index with weights '
+                         f'{models[key].weights}; pick another name')
+    models[key] = entry
+
+
+def set_model_index_entry(model, entry) -> None:
+    """Attach a model's index entry where ``mmpretrain.inference_model`` looks for its task
+    (``get_model`` stores it as ``model._metainfo``; there is no public attribute for it)."""
+    model._metainfo = entry
 
 
 _CLS_INFERENCER = 'vit_plugin.inference:CheckedImageClassificationInferencer'

@@ -4,7 +4,8 @@ Importing this package lets ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B
 prefix='backbone.')`` and ``load_from='ViT-B_16.npz'`` read official JAX checkpoints directly
 (see :func:`~vit_plugin.converters.jax_npz.load_official_npz`), and ``transformers`` ViT checkpoints
 (``google/vit-*``, with their ``config.json``) load as ours
-(see :func:`~vit_plugin.converters.transformers_vit.adapt_transformers_checkpoint`).
+(see :func:`~vit_plugin.converters.transformers_vit.adapt_transformers_checkpoint`), and so do timm's hub
+repositories, as whole classifiers (:func:`~vit_plugin.converters.timm_hub.adapt_timm_checkpoint`).
 """
 from ..checkpoint import register_checkpoint_format, register_state_dict_adapter
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport
@@ -12,14 +13,16 @@ from .jax_npz import convert_jax_vit, inspect_jax_vit, load_official_npz, read_n
 from .torch_formats import (detect_torch_format, mmpretrain_mim_to_vit, mmpretrain_to_vit, timm_to_vit,
                             vit_to_mmpretrain, vit_to_timm)
 from .finetune_head import finetune_transfer
+from .timm_hub import adapt_timm_checkpoint, read_timm_config
 from .transformers_vit import (adapt_transformers_checkpoint, is_transformers_vit, read_transformers_config,
                                transformers_to_vit, vit_to_transformers)
 
 register_checkpoint_format('.npz', load_official_npz)
 register_state_dict_adapter(adapt_transformers_checkpoint)
+register_state_dict_adapter(adapt_timm_checkpoint)
 
 __all__ = ['BACKBONE_PREFIX', 'HEAD_PREFIX', 'ConversionError', 'ConversionReport', 'convert_jax_vit',
-           'adapt_transformers_checkpoint', 'is_transformers_vit', 'read_transformers_config', 'transformers_to_vit',
-           'vit_to_transformers',
+           'adapt_timm_checkpoint', 'adapt_transformers_checkpoint', 'is_transformers_vit', 'read_timm_config',
+           'read_transformers_config', 'transformers_to_vit', 'vit_to_transformers',
            'detect_torch_format', 'finetune_transfer', 'inspect_jax_vit', 'load_official_npz',
            'mmpretrain_mim_to_vit', 'mmpretrain_to_vit', 'read_npz', 'timm_to_vit', 'vit_to_mmpretrain', 'vit_to_timm']
