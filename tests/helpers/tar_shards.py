@@ -27,10 +27,13 @@ def toy_synsets(count: int = NUM_CLASSES) -> List[str]:
     return list(label_spaces.synsets('fall11')[:count])
 
 
-def make_samples(count: int, seed: int = 0, size: int = 24, num_classes: int = NUM_CLASSES) -> List[Sample]:
-    """``count`` samples of random classes: a flat colour per class plus noise, as JPEG."""
+def make_samples(count: int, seed: int = 0, size: int = 24, num_classes: int = NUM_CLASSES,
+                 synsets: Sequence[str] = ()) -> List[Sample]:
+    """``count`` samples of random classes: a flat colour per class plus noise, as JPEG. The classes are
+    ``synsets`` (label ``i`` is ``synsets[i]``), by default the first ``num_classes`` of fall11."""
     rng = np.random.default_rng(seed)
-    synsets = toy_synsets(num_classes)
+    synsets = list(synsets) or toy_synsets(num_classes)
+    num_classes = len(synsets)
     samples = []
     for i in range(count):
         label = int(rng.integers(num_classes))

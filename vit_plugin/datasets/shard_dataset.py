@@ -91,8 +91,7 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         self.shards, self.split, self.layout = shards, split, layout
         self.label_space = label_space and label_spaces.canonical_name(label_space)
         self.target_label_space = target_label_space and label_spaces.canonical_name(target_label_space)
-        synsets = (label_spaces.synsets(self.label_space) if source == 'synset' and self.label_space else None)
-        self.rule = LabelRule(source, json_key, synsets)
+        self.rule = LabelRule(source, json_key, _listed_synsets(self.label_space) if source == 'synset' else None)
         self.num_classes = num_classes
         self.index_file, self.index_workers = index_file, index_workers
         self.reader = ShardReader(**(reader or {}))
@@ -111,6 +110,9 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
                 TarShardIndex.open(shard_list, **open_args)
             barrier()
         index = TarShardIndex.open(shard_list, **open_args)
+        if self.label_space and self.rule.source == 'synset' and self.rule.synsets is None:
+            # winter21: the space is the sorted synsets of the data (checked to be 19,167 of them)
+            label_spaces.label_space_from_synsets(index.synsets, self.label_space)
         labels = index.labels
         if self.target_label_space:
             source_space = self.label_space
@@ -132,9 +134,9 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
 
     def _class_names(self, index: TarShardIndex):
         space = self.target_label_space or self.label_space
-        if space:
+        if space and _listed_synsets(space) is not None:
             return label_spaces.class_names(space)
-        return index.synsets  # the data's own synsets (source='synset' without a label space), else None
+        return index.synsets  # the data's own synsets (source='synset' without a list), else None  # the data's own synsets (source='synset' without a label space), else None
 
     def _record(self, row: int) -> dict:
         index = self._index
@@ -166,6 +168,19 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
     def extra_repr(self):
         return [f'Shards: {self.shard_root} ({self.layout})', f'Labels: {self.rule.source}'
                 + (f' in {self.label_space}' if self.label_space else '')]
+
+
+def _listed_synsets(space: Optional[str]):
+    """The synsets of a label space that has a list; None for one defined by the data (winter21) that
+    this process has not seen yet, or without a space."""
+    if not space:
+        return None
+    try:
+        return label_spaces.synsets(space)
+    except label_spaces.LabelSpaceError:
+        if space in label_spaces.BUILTIN_SPACES and label_spaces.BUILTIN_SPACES[space].file is None:
+            return None
+        raise
 
 
 def _check_range(index: TarShardIndex, labels: np.ndarray, num_classes: int) -> None:
