@@ -7,15 +7,20 @@ in timm's layout written by the test, 2 data-loader workers and gradient accumul
 iterations. The pipeline is deterministic (no crop), so that equal batches give equal losses: host-side
 augmentations in the workers draw from the workers' own streams, which a resumed run starts afresh.
 """
+import itertools
 import os.path as osp
 
 import numpy as np
 import pytest
+from mmengine.dataset import InfiniteSampler
+from torch.utils.data import DataLoader, Dataset
 
 from helpers.common import REPO
 from helpers.sample_recorder import read_batches, read_loads
 from helpers.tar_shards import make_samples, write_wds
 from helpers.training_runs import run, train_cmd
+from vit_plugin.datasets import BlockShuffleSampler
+from vit_plugin.engine.loops import ResumableDataloaderIterator
 
 ITERS = 12  # 6 optimizer steps at global batch 16 = 2 processes' worth of batch 8
 RESUME_AT = 6
@@ -87,3 +92,41 @@ def test_the_resumed_run_loads_none_of_the_skipped_batches(runs):
     assert not skipped & set(loads)
     assert trained <= set(loads) and len(loads) <= (ITERS - RESUME_AT + 4) * BATCH  # + what workers prefetch
     assert 'Resuming at iteration 6: the sampler skips 6 batches (nothing is loaded)' in runs['resumed']['output']
+
+
+@pytest.mark.parametrize('sampler', ['InfiniteSampler', 'BlockShuffleSampler'])
+def test_a_sampler_skips_to_where_the_uninterrupted_stream_is(sampler):
+    """Both samplers the configs use can skip, on both stacks (mmengine 0.10.7's InfiniteSampler through
+    vit_plugin.compat): the batches after the skip are the uninterrupted run's, and none is loaded."""
+    def loader():
+        kind = InfiniteSampler if sampler == 'InfiniteSampler' else BlockShuffleSampler
+        return DataLoader(LoadCounter(40), batch_size=4, sampler=kind(range(40), seed=3), collate_fn=list)
+
+    full = list(itertools.islice(ResumableDataloaderIterator(loader()), 15))
+    resumed_loader = loader()
+    resumed = ResumableDataloaderIterator(resumed_loader)
+    assert resumed.skip_iter(9)
+    assert list(itertools.islice(resumed, 6)) == full[9:]
+    assert resumed_loader.dataset.loads == 24  # the 6 batches after the skip, nothing before
+
+
+def test_a_sampler_that_cannot_skip_is_stepped_through_with_a_warning():
+    data = LoadCounter(20)
+    full = list(itertools.islice(ResumableDataloaderIterator(DataLoader(range(20), batch_size=4)), 7))
+    resumed = ResumableDataloaderIterator(DataLoader(data, batch_size=4, collate_fn=list))
+    assert not resumed.skip_iter(6)  # a SequentialSampler: the batches are drawn
+    assert data.loads == 24 and next(resumed) == full[6].tolist()
+
+
+class LoadCounter(Dataset):
+    """Counts the samples loaded."""
+
+    def __init__(self, size):
+        self.size, self.loads = size, 0
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, idx):
+        self.loads += 1
+        return idx
