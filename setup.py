@@ -89,8 +89,11 @@ setup(
         'lite': ['mmcv-lite>=2.0.0,<2.2.0'],  # mmdet 3.3.0 refuses mmcv >= 2.2
         'mim': ['mmcv>=2.0.0,<2.2.0'],  # compiled mmcv (builds from source where no wheel fits your torch)
         'xla': ['torch-xla'],
+        # Tar shards on remote file systems (vit_plugin/datasets/shard_files.py): http(s) needs aiohttp, hf://
+        # needs huggingface_hub; s3:// and gs:// need s3fs / gcsfs, which users add for their bucket.
+        'data': ['fsspec>=2023.1', 'aiohttp', 'huggingface_hub>=0.20'],
         'tests': ['pytest', 'pytest-xdist', 'import-linter', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib',
-                  'transformers<5'],
+                  'transformers<5', 'fsspec>=2023.1', 'aiohttp', 'huggingface_hub>=0.20', 'webdataset'],
         'deploy': ['onnx', 'onnxruntime'],
     },
 )
