@@ -1,7 +1,7 @@
 """The bytes of tar shards, local or remote: listing, versions, sequential scans and random-access reads.
 
 Everything above this module (the tar index, the shard dataset) names a shard by a URL and reads it
-through these functions; docs/data.md tells the whole story (formats, configs, the cache's settings).
+through these functions; docs/data.md#remote-shards tells the story (the cache, its settings, measurements).
 
 * **Where.** A local path (or ``file://``), or any fsspec URL: ``s3://`` and ``gs://`` (with ``s3fs`` /
   ``gcsfs`` installed), ``http(s)://`` (``aiohttp``), and ``hf://datasets/<org>/<name>[@rev]/<path>``
