@@ -8,6 +8,9 @@ from .shard_files import (HubOfflineError, ShardNotFoundError, ShardReadError, S
                           is_remote, join_url, list_folder, list_shards_in_folder, open_for_scan,
                           read_small_file, resolve_hf_url)
 from .transforms import LoadAndInceptionCrop, LoadImageFromFile, inception_crop_box  # noqa: F401
+from .tar_index import LabelRule, ShardList, TarIndexError, TarShardIndex, expand_braces, resolve_shards  # noqa: F401
+from .shard_dataset import SampleReadError, TarShardDataset  # noqa: F401
+from .samplers import BlockShuffleSampler, epoch_order  # noqa: F401
 
 try:  # the detection dataset subclasses mmdet's CocoDataset; mmdet is the optional [det] extra
     from .shapes_coco import (CLASSES as SHAPES_CLASSES, ShapesCocoDataset,  # noqa: F401
