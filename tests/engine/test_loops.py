@@ -12,10 +12,15 @@ import os.path as osp
 
 import numpy as np
 import pytest
+import torch
 from mmengine.dataset import InfiniteSampler
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from helpers.common import REPO
+from helpers.loss_recorder import LossRecorderHook
 from helpers.sample_recorder import read_batches, read_loads
 from helpers.tar_shards import make_samples, write_wds
 from helpers.training_runs import run, train_cmd
@@ -130,3 +135,38 @@ class LoadCounter(Dataset):
     def __getitem__(self, idx):
         self.loads += 1
         return idx
+
+
+class DropoutRegressor(BaseModel):
+    """Weights initialised by the runner and dropout in every step: both draw from the global generator."""
+
+    def __init__(self):
+        super().__init__(init_cfg=dict(type='Normal', layer='Linear', std=0.5))
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 1))
+
+    def forward(self, inputs, targets, mode='loss'):
+        return dict(loss=((self.net(inputs).squeeze(1) - targets) ** 2).mean())
+
+
+def collate_xy(batch):
+    return dict(inputs=torch.stack([x for x, _ in batch]), targets=torch.stack([y for _, y in batch]))
+
+
+def losses_with(loop, tmp_path):
+    data = [(torch.randn(4, generator=torch.Generator().manual_seed(i)), torch.tensor(float(i % 3)))
+            for i in range(24)]
+    recorder = LossRecorderHook()
+    runner = Runner(model=DropoutRegressor(), work_dir=str(tmp_path / loop), default_scope='mmengine',
+                    train_dataloader=dict(dataset=data, batch_size=4, num_workers=0, collate_fn=collate_xy,
+                                          sampler=dict(type='InfiniteSampler', shuffle=True)),
+                    optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05)),
+                    train_cfg=dict(type=loop, max_iters=5), randomness=dict(seed=11),
+                    default_hooks=dict(logger=None, checkpoint=None),
+                    custom_hooks=[recorder])
+    runner.train()
+    return recorder.losses
+
+
+def test_the_loop_trains_what_mmengines_loop_trains(tmp_path):
+    """The same weights, dropout masks and batches as mmengine's loop for a config that switches to it."""
+    assert losses_with('vit_plugin.IterBasedTrainLoop', tmp_path) == losses_with('IterBasedTrainLoop', tmp_path)

@@ -8,11 +8,13 @@ from typing import Any, Dict
 from mmengine._strategy import DDPStrategy, SingleDeviceStrategy
 from mmengine.fileio.io import _parse_uri_prefix
 from mmengine.dataset import InfiniteSampler
+from mmengine.runner.loops import _InfiniteDataloaderIterator
 from mmengine.runner.loops import _update_losses as update_losses
 
 from vit_plugin.compat import Inherited
 
-__all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'skip_infinite_sampler', 'update_losses',
+__all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'skip_infinite_sampler', 'LOOP_MAKES_ITERATOR_WHEN_BUILT',
+           'update_losses',
            'is_local_uri', 'save_checkpoint_as_configured', 'resumes', 'accumulative_counts',
            'copy_scheduler_counter_mark', 'normalizes', 'converts_channels', 'dataset_indices',
            'AfterCheckpointSaved', 'INHERITED']
@@ -24,6 +26,13 @@ __all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'skip_infinite_sampler', 'upda
 # update_losses: how ValLoop and TestLoop average the losses of ``val_step``/``test_step`` outputs; the
 # XLA loops repeat those loops' ``run_iter`` and must keep the same log keys. ``mmengine.runner`` does
 # not export it.
+
+
+#: Whether mmengine's ``IterBasedTrainLoop`` makes its data iterator when the loop is built (0.10.7),
+#: rather than at the first batch (onedl-mmengine 0.10.12, whose private iterator class makes it lazily
+#: in ``_ensure_iterator``). Making it draws a seed from the global generator, so the two orders give
+#: different weights for one seed.
+LOOP_MAKES_ITERATOR_WHEN_BUILT = not hasattr(_InfiniteDataloaderIterator, '_ensure_iterator')
 
 
 def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:

@@ -16,6 +16,7 @@ warning. Everything else is mmengine's loop. docs/data.md#resume has the measure
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+import torch
 from mmengine.logging import print_log
 from mmengine.runner.base_loop import BaseLoop
 from mmengine.runner.loops import IterBasedTrainLoop as MMEngineIterBasedTrainLoop
@@ -45,6 +46,24 @@ def skip_in_sampler(dataloader, num_samples: int) -> bool:
         sampler.skip(num_samples)
         return True
     return mmengine_compat.skip_infinite_sampler(sampler, num_samples)
+
+
+def keep_global_random_stream(dataloader) -> None:
+    """Consume the global torch generator where the installed mmengine's loop does.
+
+    Making a ``DataLoader`` iterator draws the workers' base seed from the global generator. mmengine
+    0.10.7's loop makes it when the loop is built, before the model's weights are initialised (onedl-
+    mmengine's at the first batch, as this loop does). So that a config gets the same weights, dropout
+    and worker seeds with either loop (and an XLA run matches the eager one), under mmengine 0.10.7 the
+    loader gets a generator holding the global state of now, and the global generator moves on by that
+    one draw.
+    """
+    if (mmengine_compat.LOOP_MAKES_ITERATOR_WHEN_BUILT and isinstance(dataloader, DataLoader)
+            and dataloader.generator is None):
+        generator = torch.Generator()
+        generator.set_state(torch.get_rng_state())
+        torch.empty((), dtype=torch.int64).random_()
+        dataloader.generator = generator
 
 
 class ResumableDataloaderIterator:
@@ -125,6 +144,7 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
         self.fast_forward_on_resume = fast_forward_on_resume
         self.stop_training = False  # EarlyStoppingHook sets it
         self.runner.visualizer.dataset_meta = getattr(self.dataloader.dataset, 'metainfo', None)
+        keep_global_random_stream(self.dataloader)
         self.dataloader_iterator = ResumableDataloaderIterator(self.dataloader)
         self.dynamic_milestones, self.dynamic_intervals = calc_dynamic_intervals(self.val_interval,
                                                                                  dynamic_intervals)
@@ -150,4 +170,4 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
         return self.runner.model
 
 
-__all__ = ['IterBasedTrainLoop', 'ResumableDataloaderIterator', 'skip_in_sampler']
+__all__ = ['IterBasedTrainLoop', 'ResumableDataloaderIterator', 'keep_global_random_stream', 'skip_in_sampler']
