@@ -11,6 +11,7 @@ for classification and self-supervision, ``mmdet`` for detection) and name our c
 ``vit_plugin.`` prefix. Unprefixed names then resolve in the host toolkit, exactly as in its own
 configs.
 """
+from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
@@ -32,15 +33,16 @@ def _child(name, parent, locations):
 
 # ``locations``: the modules that register into each registry. mmengine imports them on the first
 # lookup; that is how the XLA components (``vit_plugin.xla``, which ``import vit_plugin`` leaves out)
-# are found when a config names them. The kinds of component the package has none of (samplers,
-# optimizers, schedulers, runners, ...) have no registry here: their names resolve in mmengine's.
+# are found when a config names them. The kinds of component the package has none of (optimizers,
+# schedulers, runners, ...) have no registry here: their names resolve in mmengine's.
 MODELS = _child('model', MMENGINE_MODELS, ['models'])
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['datasets'])
 TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['datasets.transforms'])
+DATA_SAMPLERS = _child('data sampler', MMENGINE_DATA_SAMPLERS, ['datasets.samplers'])
 # The XLA hooks register when the XLA launcher imports vit_plugin.xla; naming it here would import the XLA
 # path into every run that builds a hook.
 HOOKS = _child('hook', MMENGINE_HOOKS, ['engine'])
-LOOPS = _child('loop', MMENGINE_LOOPS, ['evaluation', 'xla'])
+LOOPS = _child('loop', MMENGINE_LOOPS, ['engine.loops', 'evaluation', 'xla'])
 STRATEGIES = _child('strategy', MMENGINE_STRATEGIES, ['engine.fsdp2', 'xla'])
 OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, ['engine.optimizers', 'xla'])
 OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',

@@ -22,6 +22,7 @@ from .strategy import xla_optim_wrapper_cfg
 _TRAIN_LOOPS = {
     'EpochBasedTrainLoop': 'vit_plugin.XLAEpochBasedTrainLoop',
     'IterBasedTrainLoop': 'vit_plugin.XLAIterBasedTrainLoop',
+    'vit_plugin.IterBasedTrainLoop': 'vit_plugin.XLAIterBasedTrainLoop',  # both resume by skipping
 }
 _EVAL_LOOPS = {'ValLoop': 'vit_plugin.XLAValLoop', 'TestLoop': 'vit_plugin.XLATestLoop'}
 
