@@ -18,7 +18,12 @@ SIGTERM / SIGUSR1 stop a run after the current iteration with a checkpoint and e
 (vit_plugin.PreemptionHook), also when sent to every process of the job; run the same command with
 ``--resume`` to continue.
 
-The code is :mod:`vit_plugin.apis.train`, over one function per concern in :mod:`vit_plugin.apis.launch`.
+Each option only sets config keys (docs/configs.md lists them; ``--cfg-options`` sets them as well).
+The run is the runner the config names: ``runner_type='vit_plugin.Runner'`` in vit_plugin's runtimes
+applies ``global_batch_size``, the device defaults and pre-emption safety, whichever tool builds it, so
+mmpretrain's and mmdet's own ``tools/train.py`` train such a config the same way.
+
+The code is :mod:`vit_plugin.apis.train`, over one function per option in :mod:`vit_plugin.apis.launch`.
 """
 from vit_plugin.apis.launch import run_as_script
 from vit_plugin.apis.train import main

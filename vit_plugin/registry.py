@@ -20,6 +20,7 @@ from mmengine.registry import METRICS as MMENGINE_METRICS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import STRATEGIES as MMENGINE_STRATEGIES
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
@@ -34,7 +35,7 @@ def _child(name, parent, locations):
 # ``locations``: the modules that register into each registry. mmengine imports them on the first
 # lookup; that is how the XLA components (``vit_plugin.xla``, which ``import vit_plugin`` leaves out)
 # are found when a config names them. The kinds of component the package has none of (optimizers,
-# schedulers, runners, ...) have no registry here: their names resolve in mmengine's.
+# schedulers, ...) have no registry here: their names resolve in mmengine's.
 MODELS = _child('model', MMENGINE_MODELS, ['models'])
 DATASETS = _child('dataset', MMENGINE_DATASETS, ['datasets'])
 TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS, ['datasets.transforms'])
@@ -49,3 +50,5 @@ OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
                                     MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, ['engine.optimizers'])
 METRICS = _child('metric', MMENGINE_METRICS, ['evaluation'])
 FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, ['engine.fsdp2'])
+# `runner_type='vit_plugin.Runner'`: what mmengine's, mmpretrain's and mmdet's tools/train.py build.
+RUNNERS = _child('runner', MMENGINE_RUNNERS, ['engine.runner'])

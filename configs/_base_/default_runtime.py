@@ -6,6 +6,20 @@
 default_scope = 'mmpretrain'
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 
+# The runner every entry point builds (our tools/train.py, mmpretrain's and mmdet's tools/train.py,
+# RUNNERS.build(cfg) in a script): mmengine's Runner, after it has applied, once the number of processes
+# is known, the steps below (docs/configs.md#one-runner-named-by-the-config). `--fsdp` switches to
+# 'vit_plugin.FlexibleRunner' with a `strategy`.
+runner_type = 'vit_plugin.Runner'
+# global_batch_size (set by the schedules): gradient accumulation, iteration counts rescaled.
+# Fused optimizers, TF32 and pinned memory on GPUs; Gloo for multi-process runs without GPUs.
+device_defaults = True
+# default_hooks.preemption and atomic checkpoints where a config names mmengine's CheckpointHook;
+# `resume=True` without load_from resumes from the newest intact checkpoint of the work dir.
+preemption = True
+# default_hooks.input_norm_check where a config has none.
+input_norm_check = True
+
 # Only hooks whose checkpoint state is plain tensors/numbers: every runner checkpoint written with
 # these resumes through vit_plugin's weights-only loader (no code-executing unpickling needed).
 default_hooks = dict(
@@ -31,12 +45,14 @@ default_hooks = dict(
     # Inert unless the training dataset is wrapped in vit_plugin.SkipBadSamples (the skip policy, off by
     # default): then it logs every skipped file, reports the counts, stops past the limit.
     bad_samples=dict(type='vit_plugin.SkipBadSamplesHook'),
+    # Warns when loaded weights were trained on inputs scaled otherwise than data_preprocessor scales them.
+    input_norm_check=dict(type='vit_plugin.InputNormCheckHook'),
 )
 
 env_cfg = dict(
     cudnn_benchmark=False,
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
-    # tools/train.py switches to 'gloo' when no GPU is visible (CPU-only DDP).
+    # vit_plugin.Runner switches to 'gloo' when no GPU is visible (CPU-only DDP).
     dist_cfg=dict(backend='nccl'),
 )
 

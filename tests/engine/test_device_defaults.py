@@ -62,7 +62,7 @@ def test_cuda_defaults_on_a_config_and_the_tf32_switch():
         torch.backends.cudnn.allow_tf32 = True
 
 
-# ---- through tools/train.py's command line (vit_plugin.apis.train) ------------------------------------
+# ---- through tools/train.py's command line (vit_plugin.apis.train) and vit_plugin.Runner ----------------
 
 def _merged(*flags, config='vit_demo_digits.py'):
     from vit_plugin.apis import train
@@ -76,14 +76,14 @@ def test_compile_flag_uses_mmengines_compile_option():
     assert 'compile' not in _merged()
 
 
-def test_no_tf32_and_no_pin_memory_flags(monkeypatch):
-    import vit_plugin.apis.launch as launch
-    monkeypatch.setattr(launch, 'training_device', lambda launcher: 'cuda')  # as on a GPU host
+def test_no_tf32_and_no_pin_memory_flags():
+    """The options set the keys; the runner applies the defaults where the config leaves them."""
+    from vit_plugin.engine.runner import prepare_run
     try:
-        cfg = _merged()
+        cfg = prepare_run(_merged(), device='cuda')  # as on a GPU host
         assert cfg.env_cfg.get('tf32', True) and torch.get_float32_matmul_precision() == 'high'
         assert cfg.train_dataloader.pin_memory is True and cfg.optim_wrapper.optimizer.fused is True
-        cfg = _merged('--no-tf32', '--no-pin-memory')
+        cfg = prepare_run(_merged('--no-tf32', '--no-pin-memory'), device='cuda')
         assert cfg.env_cfg.tf32 is False and torch.get_float32_matmul_precision() == 'highest'
         assert cfg.train_dataloader.pin_memory is False
     finally:
@@ -92,10 +92,10 @@ def test_no_tf32_and_no_pin_memory_flags(monkeypatch):
 
 
 def test_more_processes_than_gpus_is_refused_with_the_way_out(monkeypatch):
-    import vit_plugin.apis.launch as launch
+    from vit_plugin.engine.runner import RunSetupError, check_processes_per_gpu
     monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
     monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')
-    with pytest.raises(SystemExit, match='2 processes on this node but 1 visible GPU.*CUDA_VISIBLE_DEVICES='):
-        launch.check_processes_per_gpu('pytorch')
+    with pytest.raises(RunSetupError, match='2 processes on this node but 1 visible GPU.*CUDA_VISIBLE_DEVICES='):
+        check_processes_per_gpu('pytorch')
     monkeypatch.setenv('LOCAL_WORLD_SIZE', '1')
-    launch.check_processes_per_gpu('pytorch')
+    check_processes_per_gpu('pytorch')

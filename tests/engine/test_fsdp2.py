@@ -245,15 +245,18 @@ def test_fsdp_flag_selects_fsdp2_and_shards_ema():
     from mmengine.config import Config
 
     from vit_plugin.apis import train
+    from vit_plugin.engine.runner import prepare_run
 
     args = train.parse_args([osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--fsdp', '--work-dir', '/nonexistent'])
     cfg = train.merge_args(Config.fromfile(args.config), args)
-    assert cfg.runner_type == 'FlexibleRunner' and cfg.strategy == dict(type='vit_plugin.FSDP2Strategy')
+    assert cfg.runner_type == 'vit_plugin.FlexibleRunner' and cfg.strategy == dict(type='vit_plugin.FSDP2Strategy')
 
-    # The fine-tuning config averages the weights with EMAHook: under FSDP2 its sharded version, same settings.
-    args = train.parse_args([osp.join(REPO, 'configs', 'vit_b16_in21k_ft_in1k_384.py'), '--fsdp'])
+    # The fine-tuning config averages the weights with EMAHook: under FSDP2 the runner makes it the sharded
+    # version, same settings.
+    args = train.parse_args([osp.join(REPO, 'configs', 'vit_b16_in21k_ft_in1k_384.py'), '--fsdp',
+                             '--cfg-options', 'global_batch_size=None'])  # the EMA's interval as written
     (ema, ) = [h for h in Config.fromfile(args.config).custom_hooks if 'EMAHook' in h['type']]
-    cfg = train.merge_args(Config.fromfile(args.config), args)
+    cfg = prepare_run(train.merge_args(Config.fromfile(args.config), args), flexible=True, device='cpu')
     (sharded, ) = [h for h in cfg.custom_hooks if 'EMAHook' in h['type']]
     assert sharded == dict(ema, type='vit_plugin.ShardedEMAHook')
 

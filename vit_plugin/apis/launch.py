@@ -1,19 +1,20 @@
 """What ``tools/train.py`` and ``tools/test.py`` do between reading the config and running the runner.
 
-One function per concern, each taking the config (modified in place) and the value of its
-command-line option, so that a new option is one function here and one line in the ``merge_args``
-of :mod:`vit_plugin.apis.train` (or :mod:`vit_plugin.apis.test`):
+``tools/train.py`` only turns its options into config keys; what a run does with them (the global
+batch, the device defaults, pre-emption safety, the input check) is done by the runner the config
+names (``runner_type='vit_plugin.Runner'``, :mod:`vit_plugin.engine.runner`), whichever tool builds it.
+One function per option, each taking the config (modified in place) and the option's value, so that a
+new option is one function here and one line in the ``merge_args`` of :mod:`vit_plugin.apis.train`
+(or :mod:`vit_plugin.apis.test`); docs/configs.md lists each option with its keys:
 
-* configuration from the command line: :func:`merge_cfg_options`, :func:`set_work_dir`,
-  :func:`use_amp` (with the rule of ``--amp`` without a value in :func:`amp_precision`),
-  :func:`use_auto_scale_lr`, :func:`set_resume` (:func:`resume_latest` finds the newest intact
-  checkpoint), :func:`skip_validation`, :func:`disable_pin_memory`, :func:`use_fsdp`,
-  :func:`use_compile`, :func:`use_device_defaults` (fused optimizers, TF32 and pinned memory on GPUs),
-  and from the engine ``use_preemption_safe_hooks`` and ``use_input_norm_check``;
-* processes and strategy: :func:`setup_launcher` (DDP, FSDP2, XLA with SPMD and layer scan, SLURM
-  tasks on hosts without GPUs), :func:`set_global_batch`;
-* the run: :func:`build_runner`, :func:`run_training`, and :func:`exit_on_expected_errors`, which turns the
-  errors a user can fix into one message and an exit status.
+* options: :func:`merge_cfg_options`, :func:`set_work_dir`, :func:`use_amp` (with the rule of
+  ``--amp`` without a value in :func:`amp_precision`), :func:`use_auto_scale_lr`, :func:`set_resume`,
+  :func:`skip_validation`, :func:`disable_pin_memory`, :func:`disable_tf32`, :func:`use_fsdp`,
+  :func:`use_compile`, :func:`setup_launcher` (the launcher, and XLA's SPMD and layer scan);
+  ``tools/test.py`` also applies :func:`use_device_defaults` itself;
+* the run: :func:`build_runner` (as mmpretrain's and mmdet's tools build it), :func:`run_training`,
+  and :func:`exit_on_expected_errors`, which turns the errors a user can fix into one message and an
+  exit status.
 """
 import gc
 import logging
@@ -29,13 +30,12 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from vit_plugin.datasets.checked import DataRootNotFoundError
-from vit_plugin.engine.checkpointing import find_resumable_checkpoint
 from vit_plugin.engine.device_defaults import apply_device_defaults
-from vit_plugin.engine.global_batch import apply_global_batch_size, world_size_from_env
+from vit_plugin.engine.global_batch import apply_global_batch_size
 from vit_plugin.engine.hooks import NonFiniteTrainingError
 from vit_plugin.engine.optimizers import resolve_precision, use_mixed_precision
 from vit_plugin.engine.preemption import TrainingPreempted
-from vit_plugin.engine.slurm import slurm_env
+from vit_plugin.engine.runner import RunSetupError, check_processes_per_gpu, is_rank_zero
 from vit_plugin.xla import launch_training, to_xla_config
 
 #: Launchers of ``tools/train.py``; ``tools/test.py`` takes all but ``xla``.
@@ -44,12 +44,6 @@ LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi', 'xla')
 DATA_NOT_FOUND_EXIT_CODE = 2
 #: Exit status of a run stopped by vit_plugin.NonFiniteGuardHook (too many NaN/inf steps in a row).
 NONFINITE_EXIT_CODE = 3
-
-
-def is_rank_zero() -> bool:
-    """Whether this process is rank 0 of its launch, read from the launcher's environment (valid before
-    any process group exists)."""
-    return int(os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0'))) == 0
 
 
 # ------------------------------------------------------------------ configuration from the command line
@@ -96,31 +90,21 @@ def use_amp(cfg: Config, amp: Optional[str], launcher: str) -> None:
 
 
 def use_auto_scale_lr(cfg: Config, enable: bool) -> None:
-    """``--auto-scale-lr``: scale the learning rate linearly with the real batch size."""
+    """``--auto-scale-lr``: ``auto_scale_lr.enable=True``, the learning rate scaled linearly with the real
+    batch size; the runner then drops ``global_batch_size`` (no accumulation)."""
     if enable:
-        cfg.setdefault('auto_scale_lr', {})['enable'] = True
-
-
-def resume_latest(cfg: Config) -> None:
-    """``--resume`` without a path: the newest intact checkpoint of the work dir (a truncated or corrupt
-    one is skipped with a warning); a work dir without checkpoints starts from the beginning."""
-    try:
-        found = find_resumable_checkpoint(cfg.work_dir, warn=print if is_rank_zero() else None)
-    except FileNotFoundError as err:
-        raise SystemExit(f'ERROR: {err}') from None
-    if found is None and is_rank_zero():
-        print(f'--resume: no checkpoint in {cfg.work_dir}; training starts from the beginning.')
-    cfg.resume = found is not None
-    cfg.load_from = found
+        auto_scale_lr = cfg.get('auto_scale_lr') or {}
+        auto_scale_lr['enable'] = True
+        cfg.auto_scale_lr = auto_scale_lr
 
 
 def set_resume(cfg: Config, resume: Optional[str]) -> None:
-    """``--resume [CHECKPOINT]``: ``'auto'`` (no value) resumes from :func:`resume_latest`."""
-    if resume == 'auto':
-        resume_latest(cfg)
-    elif resume is not None:
+    """``--resume [CHECKPOINT]``: ``resume=True`` and ``load_from``; without a value (``'auto'``)
+    ``load_from=None``, which vit_plugin's runner resolves to the newest intact checkpoint of the work dir
+    (mmengine's to the one ``last_checkpoint`` names)."""
+    if resume is not None:
         cfg.resume = True
-        cfg.load_from = resume
+        cfg.load_from = None if resume == 'auto' else resume
 
 
 def skip_validation(cfg: Config) -> None:
@@ -135,17 +119,19 @@ def disable_pin_memory(cfg: Config) -> None:
             cfg[name]['pin_memory'] = False
 
 
+def disable_tf32(cfg: Config) -> None:
+    """``--no-tf32``: ``env_cfg.tf32=False``, fp32 matmuls and convolutions in full fp32 on GPUs."""
+    env_cfg = cfg.get('env_cfg') or {}
+    env_cfg['tf32'] = False
+    cfg.env_cfg = env_cfg
+
+
 def use_fsdp(cfg: Config) -> None:
-    """``--fsdp``: train with MMEngine's FlexibleRunner and vit_plugin's FSDP2Strategy (``fully_shard``
-    per Transformer block and on the root; CPU/Gloo and GPUs); ``cfg.fsdp_cfg`` (a dict) passes
-    options such as ``mixed_precision='bf16'`` to the strategy. An ``EMAHook`` becomes
-    ``vit_plugin.ShardedEMAHook``."""
-    for hook in cfg.get('custom_hooks') or []:
-        if str(hook.get('type')).split('.')[-1] == 'EMAHook':
-            # mmengine's EMAHook deep-copies the model, which FSDP2 modules refuse; the sharded
-            # version averages each process's shards in place (same settings, same checkpoints).
-            hook['type'] = 'vit_plugin.ShardedEMAHook'
-    cfg.runner_type = 'FlexibleRunner'
+    """``--fsdp``: ``runner_type='vit_plugin.FlexibleRunner'`` and ``strategy=vit_plugin.FSDP2Strategy``
+    (``fully_shard`` per Transformer block and on the root; CPU/Gloo and GPUs); ``cfg.fsdp_cfg`` (a dict)
+    passes options such as ``mixed_precision='bf16'`` to the strategy. The runner makes an
+    ``EMAHook`` ``vit_plugin.ShardedEMAHook``."""
+    cfg.runner_type = 'vit_plugin.FlexibleRunner'
     cfg.strategy = dict(type='vit_plugin.FSDP2Strategy', **(cfg.get('fsdp_cfg') or {}))
 
 
@@ -156,100 +142,75 @@ def use_compile(cfg: Config, enable: bool) -> None:
         cfg.compile = True
 
 
-def use_device_defaults(cfg: Config, launcher: str, tf32: bool = True) -> None:
-    """What a GPU run gets unless the config says otherwise: the fused optimizer kernel, TF32 for fp32
-    matmuls (``--no-tf32`` or ``env_cfg.tf32=False`` switches it off) and pinned loader memory
-    (:mod:`vit_plugin.engine.device_defaults`). Called in every process (TF32 is a process setting)."""
-    if not tf32:
-        cfg.setdefault('env_cfg', {})['tf32'] = False
+def use_device_defaults(cfg: Config, launcher: str) -> None:
+    """``tools/test.py``: the device defaults of :mod:`vit_plugin.engine.device_defaults` (TF32 and pinned
+    loader memory on GPUs) for configs whatever their runner (``vit_plugin.Runner`` applies them again,
+    which changes nothing)."""
     for message in apply_device_defaults(cfg, training_device(launcher)):
         if is_rank_zero():
             print(message)
 
 
-# ------------------------------------------------------------------------- processes and strategy
-def setup_launcher(cfg: Config, launcher: str, fsdp: bool = False, xla_spmd: bool = False,
-                   xla_layer_scan: bool = False) -> Optional[int]:
-    """Everything that depends on how the processes were launched; returns the world size (None under
-    ``--launcher xla``, whose processes learn it once started).
+# ---------------------------------------------------------------------------------------- the launcher
+def setup_launcher(cfg: Config, launcher: str, xla_spmd: bool = False, xla_layer_scan: bool = False) -> None:
+    """``--launcher``: ``cfg.launcher``, as mmpretrain's tools set it; ``--xla-spmd`` and
+    ``--xla-layer-scan`` (with ``--launcher xla`` only): ``strategy.spmd`` / ``strategy.layer_scan``.
 
-    Sets ``cfg.launcher``, picks the process-group backend (NCCL on GPUs, Gloo on CPU-only hosts)
-    and makes MMEngine's DDP wrapper usable without GPUs (it passes a CUDA device id otherwise).
-    Under ``--launcher xla`` the config is checked for the XLA path before any process starts.
+    Checks only, besides: under ``--launcher xla`` the config, for the XLA path, before any process
+    starts; on a GPU host, one process per GPU at most (mmengine's logger fails with an IndexError
+    before any runner could say so). The process group itself is set up by the runner
+    (``vit_plugin.Runner`` joins it over Gloo on hosts without GPUs).
     """
     cfg.launcher = launcher
     if xla_spmd and launcher != 'xla':
         raise SystemExit('--xla-spmd needs --launcher xla.')
     if xla_layer_scan and launcher != 'xla':
         raise SystemExit('--xla-layer-scan needs --launcher xla.')
-    if launcher == 'none':
-        return 1
-    if launcher == 'xla':
-        if fsdp:
-            raise SystemExit('--fsdp is not available with --launcher xla (XLA replicates the model '
-                             'and all-reduces gradients in the optimizer step).')
-        try:  # fail here, before any process starts, if it cannot run
-            to_xla_config(cfg, spmd=xla_spmd, layer_scan=xla_layer_scan)
-        except ValueError as err:
-            raise SystemExit(f'--launcher xla: {err}') from None
-        return None  # torch_xla.launch starts one process per device; they know the world size
-    if not torch.cuda.is_available():
-        cfg.env_cfg.setdefault('dist_cfg', {})['backend'] = 'gloo'
-        if not fsdp and cfg.get('model_wrapper_cfg') is None:
-            cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None,
-                                         broadcast_buffers=False,
-                                         find_unused_parameters=cfg.get('find_unused_parameters', False))
-        if launcher in ('pytorch', 'slurm') and not torch.distributed.is_initialized():
-            # MMEngine's init_dist calls torch.cuda.set_device unconditionally; on a CPU-only host we
-            # join torchrun's (or srun's) process group ourselves and the runner then skips its own set-up.
-            if launcher == 'slurm':
-                try:
-                    os.environ.update(slurm_env())
-                except KeyError as err:
-                    raise SystemExit(str(err).strip('"\'')) from None
-            torch.distributed.init_process_group(backend='gloo')
-    else:
-        check_processes_per_gpu(launcher)
-    return world_size_from_env(launcher)
+    if launcher in ('pytorch', 'slurm') and torch.cuda.is_available():
+        try:
+            check_processes_per_gpu(launcher)
+        except RunSetupError as err:
+            raise SystemExit(f'ERROR: {err}') from None
+    if launcher != 'xla':
+        return
+    if _type_name(cfg.get('strategy')) == 'FSDP2Strategy':
+        raise SystemExit('--fsdp is not available with --launcher xla (XLA replicates the model '
+                         'and all-reduces gradients in the optimizer step).')
+    if xla_spmd or xla_layer_scan:
+        strategy = cfg.get('strategy') or {}
+        strategy.update({key: True for key, on in (('spmd', xla_spmd), ('layer_scan', xla_layer_scan)) if on})
+        cfg.strategy = strategy
+    try:  # fail here, before any process starts, if it cannot run
+        to_xla_config(cfg, **xla_options(cfg))
+    except ValueError as err:
+        raise SystemExit(f'--launcher xla: {err}') from None
 
 
-def check_processes_per_gpu(launcher: str) -> None:
-    """Stop, saying what to do, when a node starts more processes than it has GPUs: NCCL cannot run
-    two ranks on one GPU."""
-    per_node = os.environ.get('LOCAL_WORLD_SIZE') if launcher == 'pytorch' else \
-        os.environ.get('SLURM_NTASKS_PER_NODE') if launcher == 'slurm' else None
-    if per_node and per_node.isdigit() and int(per_node) > torch.cuda.device_count():
-        raise SystemExit(f'--launcher {launcher}: {per_node} processes on this node but {torch.cuda.device_count()} '
-                         f'visible GPU(s); NCCL needs one GPU per process. Start at most '
-                         f'{torch.cuda.device_count()} per node, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to '
-                         f'train the processes on the CPU with Gloo.')
+def _type_name(cfg_dict) -> str:
+    return str((cfg_dict or {}).get('type', '')).split('.')[-1]
 
 
-def set_global_batch(cfg: Config, world_size: Optional[int], auto_scale_lr: bool = False) -> None:
-    """Reach ``cfg.global_batch_size`` by gradient accumulation over ``world_size`` processes (under
-    XLA, ``world_size`` None, each process does it once started). ``--auto-scale-lr`` drops the
-    global batch: the learning rate is scaled to the real batch instead."""
-    if auto_scale_lr and cfg.get('global_batch_size'):
-        print(f'--auto-scale-lr: dropping global_batch_size={cfg.global_batch_size} (no gradient '
-              f'accumulation); the learning rate is scaled to the real batch instead.')
-        cfg.global_batch_size = None
-    if world_size is not None:
-        apply_global_batch_size(cfg, world_size, logger=print if is_rank_zero() else None)
+def xla_options(cfg: Config) -> dict:
+    """``spmd`` and ``layer_scan`` of the config's ``strategy`` (``--xla-spmd``, ``--xla-layer-scan``)."""
+    strategy = cfg.get('strategy') or {}
+    return dict(spmd=bool(strategy.get('spmd')), layer_scan=bool(strategy.get('layer_scan')))
 
 
 # ----------------------------------------------------------------------------------------- the run
 def build_runner(cfg: Config):
-    """mmengine's Runner, or the runner ``cfg.runner_type`` names (e.g. FlexibleRunner for FSDP2)."""
+    """The runner ``cfg.runner_type`` names (e.g. ``vit_plugin.Runner``), else mmengine's Runner: what
+    mmpretrain's and mmdet's ``tools/train.py`` build."""
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)
 
 
-def run_training(cfg: Config, world_size: Optional[int], xla_spmd: bool = False, xla_layer_scan: bool = False) -> None:
-    """Train ``cfg`` in this process, or under ``--launcher xla`` (``world_size`` None) in the processes
-    torch_xla starts, one per device (one per host with ``xla_spmd``)."""
-    if world_size is None:
-        launch_training(cfg, prepare=apply_global_batch_size, spmd=xla_spmd, layer_scan=xla_layer_scan)
+def run_training(cfg: Config) -> None:
+    """Train ``cfg`` in this process, or under ``launcher='xla'`` in the processes torch_xla starts, one
+    per device (one per host with ``strategy.spmd``), each applying ``global_batch_size`` once it knows
+    the number of replicas."""
+    if cfg.get('launcher') == 'xla':
+        launch_training(cfg, prepare=apply_global_batch_size, **xla_options(cfg))
         return
     try:
         build_runner(cfg).train()
@@ -304,10 +265,13 @@ def run_as_script(main: Callable[[], Any]) -> None:
 def exit_on_expected_errors():
     """Turn the errors a user fixes outside the code into their message and an exit status: a missing
     data root (:data:`DATA_NOT_FOUND_EXIT_CODE`; a stack trace from inside the data loader would
-    only hide which path is missing) and a diverged run (:data:`NONFINITE_EXIT_CODE`; an expected
-    outcome, not a bug, whose message says what to do next)."""
+    only hide which path is missing), a diverged run (:data:`NONFINITE_EXIT_CODE`; an expected
+    outcome, not a bug, whose message says what to do next) and a config or launch the runner cannot
+    run as given (:class:`~vit_plugin.engine.runner.RunSetupError`, exit status 1)."""
     try:
         yield
+    except RunSetupError as err:
+        raise SystemExit(f'ERROR: {err}') from None
     except DataRootNotFoundError as err:
         print(f'\nERROR: {err}', file=sys.stderr)
         raise SystemExit(DATA_NOT_FOUND_EXIT_CODE) from None

@@ -1,26 +1,32 @@
-"""``tools/train.py``: its command line, how each option changes the config, and the run."""
+"""``tools/train.py``: its command line, the config keys each option sets, and the run.
+
+The options only set config keys (docs/configs.md lists each with its keys, which ``--cfg-options``
+sets as well); the run is the runner the config names (``vit_plugin.Runner`` in vit_plugin's runtimes),
+so mmpretrain's and mmdet's own ``tools/train.py`` train the same config the same way.
+"""
 import argparse
 import os
 from typing import Optional, Sequence
 
 from mmengine.config import Config, DictAction
 
-from vit_plugin.engine.hooks import use_input_norm_check
-from vit_plugin.engine.preemption import use_preemption_safe_hooks
-
-from .launch import (LAUNCHERS, disable_pin_memory, exit_on_expected_errors, merge_cfg_options, run_training,
-                     set_global_batch, set_resume, set_work_dir, setup_launcher, skip_validation, use_amp,
-                     use_auto_scale_lr, use_compile, use_device_defaults, use_fsdp)
+from .launch import (LAUNCHERS, disable_pin_memory, disable_tf32, exit_on_expected_errors, merge_cfg_options,
+                     run_training, set_resume, set_work_dir, setup_launcher, skip_validation, use_amp,
+                     use_auto_scale_lr, use_compile, use_fsdp)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Train a model (vit_plugin / mmpretrain config).')
+    parser = argparse.ArgumentParser(
+        description='Train a model (vit_plugin / mmpretrain / mmdet config). Each option sets config keys, '
+        'which --cfg-options sets as well (docs/configs.md lists them); the runner the config names '
+        '(vit_plugin.Runner) applies global_batch_size, the device defaults and pre-emption safety.')
     parser.add_argument('config', help='config file path')
     parser.add_argument('--work-dir', help='directory for logs and checkpoints '
                         '(default: ./work_dirs/<config name>)')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or without a value from the newest intact '
-                        'checkpoint in the work dir (damaged ones are skipped with a warning)')
+                        'checkpoint in the work dir (damaged ones are skipped with a warning by '
+                        'vit_plugin.Runner)')
     parser.add_argument('--amp', nargs='?', const='auto', choices=['auto', 'bf16', 'fp16'],
                         help='mixed precision: bf16 without loss scaling (GPUs of compute capability 8.0 '
                         'or newer, CPU, XLA) or fp16 with dynamic loss scaling (GPUs); without a value '
@@ -49,7 +55,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config entries, e.g. train_dataloader.batch_size=32 '
                         'model.backbone.drop_rate=0.0')
-    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
+    parser.add_argument('--launcher', choices=LAUNCHERS,
+                        help="job launcher (default: the config's launcher, else none)")
     # torchrun passes the rank through LOCAL_RANK; torch.distributed.launch passes --local-rank.
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
@@ -58,30 +65,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
-    """Apply the command-line options to the config (in place; returned for convenience)."""
+    """Set the config keys of the command-line options (in place; returned for convenience)."""
     merge_cfg_options(cfg, args.cfg_options)
     set_work_dir(cfg, args.work_dir, args.config)
-    use_amp(cfg, args.amp, args.launcher)
+    launcher = args.launcher or cfg.get('launcher') or 'none'
+    use_amp(cfg, args.amp, launcher)
     use_auto_scale_lr(cfg, args.auto_scale_lr)
     set_resume(cfg, args.resume)
     if args.no_validate:
         skip_validation(cfg)
     if args.no_pin_memory:
         disable_pin_memory(cfg)
+    if args.no_tf32:
+        disable_tf32(cfg)
     if args.fsdp:
         use_fsdp(cfg)
     use_compile(cfg, args.compile)
-    use_device_defaults(cfg, args.launcher, tf32=not args.no_tf32)
-    use_preemption_safe_hooks(cfg)
-    use_input_norm_check(cfg)
+    setup_launcher(cfg, launcher, xla_spmd=args.xla_spmd, xla_layer_scan=args.xla_layer_scan)
     return cfg
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     cfg = merge_args(Config.fromfile(args.config), args)
-    world_size = setup_launcher(cfg, args.launcher, fsdp=args.fsdp, xla_spmd=args.xla_spmd,
-                                xla_layer_scan=args.xla_layer_scan)
-    set_global_batch(cfg, world_size, auto_scale_lr=args.auto_scale_lr)
     with exit_on_expected_errors():
-        run_training(cfg, world_size, xla_spmd=args.xla_spmd, xla_layer_scan=args.xla_layer_scan)
+        run_training(cfg)

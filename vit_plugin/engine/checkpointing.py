@@ -7,7 +7,8 @@
   checkpoints and at most a stale ``.part`` file, never a half-written ``iter_N.pth``. It records
   ``last_checkpoint`` relative to the work dir, so a copied or moved work dir resumes from its own
   files.
-* :func:`find_resumable_checkpoint` is what ``tools/train.py --resume`` (without a path) uses: the
+* :func:`find_resumable_checkpoint` is what ``vit_plugin.Runner`` resumes from when ``resume=True``
+  has no ``load_from`` (``tools/train.py --resume`` without a path): the
   newest checkpoint of the work dir whose file is intact, skipping (with a warning naming it) one that
   is truncated or corrupt.
 * A sharded checkpoint (a directory written by :class:`vit_plugin.FSDP2Strategy`) is complete once

@@ -1,8 +1,8 @@
 """What a GPU user expects without asking: fused optimizers, TF32 matmuls, pinned loader memory.
 
-:func:`apply_device_defaults` is called by ``tools/train.py`` on the loaded config, before the
-runner is built, in every process. Each default yields to the config: a key the config sets is left
-alone, so every choice below can be overridden with ``--cfg-options``.
+:func:`apply_device_defaults` is applied by ``vit_plugin.Runner`` (:mod:`vit_plugin.engine.runner`) to
+the config, before mmengine's runner is built, in every process. Each default yields to the config: a
+key the config sets is left alone, so every choice below can be overridden with ``--cfg-options``.
 
 * **Optimizer kernels.** torch's Adam, AdamW and SGD get ``fused=True`` on CUDA: one kernel per
   parameter group instead of a dozen per tensor, no parameter-sized temporaries, and the

@@ -13,13 +13,20 @@ paper's whatever ``k`` is:
 * the ``interval`` of an ``EMAHook``, so the average is updated once per optimizer step and the
   paper's momentum keeps its meaning.
 
-Set ``global_batch_size=None`` to train with the batch you have instead (then ``--auto-scale-lr``
-scales the learning rate linearly to it).
+Set ``global_batch_size=None`` to train with the batch you have instead; ``auto_scale_lr.enable=True``
+(``--auto-scale-lr``) does the same and scales the learning rate linearly to that batch.
+
+The config records what was done (``global_batch_applied = dict(world_size=..., accumulative_counts=...)``,
+also in the copy the runner writes to the work dir), so applying it again changes nothing, and the
+recorded config refuses another number of processes instead of rescaling its counts twice.
 """
 import os
 from typing import Optional
 
 from mmengine.config import Config
+
+#: Config key recording the accumulation a global batch became (and for how many processes).
+APPLIED_KEY = 'global_batch_applied'
 
 
 def _scale(value, k):
@@ -35,13 +42,28 @@ def apply_global_batch_size(cfg: Config, world_size: int, logger=None) -> int:
         logger (callable, optional): Called with one message describing the result. Defaults to None.
 
     Returns:
-        int: The accumulation factor ``k`` (1 when the config sets no ``global_batch_size``).
+        int: The accumulation factor ``k`` (1 when the config sets no ``global_batch_size``, or
+        ``auto_scale_lr.enable=True``, which drops it).
 
     Raises:
-        ValueError: the global batch is not a multiple of ``world_size * batch_size``.
+        ValueError: the global batch is not a multiple of ``world_size * batch_size``, or the config was
+            prepared for another number of processes.
     """
     global_bs = cfg.get('global_batch_size')
     if not global_bs:
+        return 1
+    applied = cfg.get(APPLIED_KEY)
+    if applied:
+        if applied['world_size'] != world_size:
+            raise ValueError(f'{APPLIED_KEY}={dict(applied)}: this config was prepared for another number of '
+                             f'processes than {world_size}; train the original config, whose counts are '
+                             f'not yet scaled.')
+        return applied['accumulative_counts']
+    if (cfg.get('auto_scale_lr') or {}).get('enable'):
+        if logger is not None:
+            logger(f'auto_scale_lr.enable=True: dropping global_batch_size={global_bs} (no gradient '
+                   f'accumulation); the learning rate is scaled to the real batch instead.')
+        cfg.global_batch_size = None
         return 1
     per_device = cfg.train_dataloader.batch_size
     per_step = per_device * world_size
@@ -59,6 +81,7 @@ def apply_global_batch_size(cfg: Config, world_size: int, logger=None) -> int:
     if k > 1:
         cfg.optim_wrapper.accumulative_counts = k
         _rescale_iteration_counts(cfg, k)
+    cfg[APPLIED_KEY] = dict(world_size=world_size, accumulative_counts=k)
     if logger is not None:
         logger(f'Global batch {global_bs} = {per_device} per device x {world_size} processes x {k} '
                f'accumulated micro-batches; iteration counts of the config scaled by {k}.')
@@ -100,4 +123,4 @@ def world_size_from_env(launcher: str, default: Optional[int] = None) -> int:
     return default if default is not None else 1
 
 
-__all__ = ['apply_global_batch_size', 'world_size_from_env']
+__all__ = ['APPLIED_KEY', 'apply_global_batch_size', 'world_size_from_env']

@@ -1,7 +1,7 @@
 """The process-group variables of a task that ``srun`` started (``tools/slurm_train.sh``).
 
 mmengine's SLURM launcher sets them itself on GPU hosts (and binds each task to its GPU); on a host
-without GPUs it stops at ``torch.cuda.set_device``, so ``tools/train.py`` sets them with
+without GPUs it stops at ``torch.cuda.set_device``, so ``vit_plugin.Runner`` sets them with
 :func:`slurm_env` and joins the process group over Gloo.
 """
 import os

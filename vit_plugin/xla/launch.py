@@ -25,6 +25,7 @@ _TRAIN_LOOPS = {
     'vit_plugin.IterBasedTrainLoop': 'vit_plugin.XLAIterBasedTrainLoop',  # both resume by skipping
 }
 _EVAL_LOOPS = {'ValLoop': 'vit_plugin.XLAValLoop', 'TestLoop': 'vit_plugin.XLATestLoop'}
+_VIT_PLUGIN_RUNNERS = ('vit_plugin.Runner', 'vit_plugin.FlexibleRunner')
 
 
 def _strip(name):
@@ -48,7 +49,8 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
                   layer_scan: bool = False) -> Config:
     """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner.
 
-    Sets ``runner_type='FlexibleRunner'`` and ``strategy=vit_plugin.XLAStrategy``, swaps the
+    Sets ``runner_type='FlexibleRunner'`` (``'vit_plugin.FlexibleRunner'`` for a config that names
+    ``vit_plugin.Runner``) and ``strategy=vit_plugin.XLAStrategy``, swaps the
     train / val / test loops for their XLA versions, the optimizer wrapper for
     ``vit_plugin.XLAOptimWrapper`` (``AmpOptimWrapper`` becomes bf16 autocast), and sets
     ``drop_last=True`` on the train dataloader so every batch has the same shape.
@@ -67,14 +69,17 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
         Config: The converted config.
     """
     cfg = copy.deepcopy(cfg)
-    if cfg.get('runner_type') not in (None, 'Runner', 'FlexibleRunner', 'mmengine.FlexibleRunner'):
+    runner_type = _strip(cfg.get('runner_type'))
+    if runner_type not in (None, 'Runner', 'FlexibleRunner', *_VIT_PLUGIN_RUNNERS):
         raise ValueError(f'runner_type={cfg.runner_type!r}: the XLA path runs on mmengine\'s '
-                         'FlexibleRunner; remove runner_type from the config.')
+                         "FlexibleRunner; use 'vit_plugin.Runner' or remove runner_type from the config.")
     strategy = cfg.get('strategy') or {}
     if strategy and _strip(strategy.get('type')) not in (None, 'vit_plugin.XLAStrategy'):
         raise ValueError(f'strategy={strategy.get("type")!r} cannot run on XLA; remove `strategy` '
                          'from the config (the XLA launcher sets vit_plugin.XLAStrategy).')
-    cfg.runner_type = 'FlexibleRunner'
+    # vit_plugin's runners prepare the run (hooks, device defaults) before building it; their flexible one
+    # does the same on XLA. The global batch is applied by `prepare` (see launch_training).
+    cfg.runner_type = 'vit_plugin.FlexibleRunner' if runner_type in _VIT_PLUGIN_RUNNERS else 'FlexibleRunner'
     cfg.strategy = dict(strategy, type='vit_plugin.XLAStrategy')
     if spmd:
         cfg.strategy['spmd'] = True
@@ -137,8 +142,9 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
         bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
         prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process
             once the number of replicas is known, before the runner is built (``tools/train.py``
-            passes ``apply_global_batch_size``). Must be importable (it is pickled by name).
-            Defaults to None.
+            passes ``apply_global_batch_size``, which records that it did, so that
+            ``vit_plugin.FlexibleRunner`` does not apply it again). Must be importable (it is pickled
+            by name). Defaults to None.
         spmd (bool): SPMD mode: this process alone drives every device of the host, with the
             config's batch as the global batch split over them and FSDPv2-sharded parameters
             (:mod:`~vit_plugin.xla.spmd`). Defaults to False.

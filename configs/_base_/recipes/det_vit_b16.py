@@ -9,6 +9,10 @@
 # (mmdet's recipe defines `model` and `optim_wrapper` itself, and two bases may not define the same
 # name: the shared parts are the variables below, whose names start with `_`; nothing reads them.)
 custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
+# The one line that gives a config on mmdet's runtime what vit_plugin's runtime gives (also under mmdet's
+# own tools/train.py): global_batch_size, the device defaults, pre-emption and atomic checkpoints, the
+# input-scaling check (switches: docs/configs.md#one-runner-named-by-the-config).
+runner_type = 'vit_plugin.Runner'
 # Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
 _guard_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10))
 

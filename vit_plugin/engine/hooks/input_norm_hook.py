@@ -11,7 +11,7 @@ class InputNormCheckHook(Hook):
     place: before training (after ``init_cfg``, ``load_from`` or ``--resume``), and before
     validation and testing. Each distinct mismatch is logged once per run.
 
-    ``tools/train.py`` and ``tools/test.py`` add it to every config as ``default_hooks.input_norm_check``
+    ``vit_plugin.Runner`` and ``tools/test.py`` add it to every config as ``default_hooks.input_norm_check``
     (``--cfg-options default_hooks.input_norm_check=None`` removes it).
     """
 

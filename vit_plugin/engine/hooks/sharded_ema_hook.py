@@ -9,7 +9,8 @@ the average is element-wise, so each process averages the part it holds and no c
 needed. Checkpoints follow mmengine's layout (``state_dict`` holds the averaged weights,
 ``ema_state_dict`` the trained ones), written as shards by :class:`~vit_plugin.engine.FSDP2Strategy`.
 
-``tools/train.py --fsdp`` swaps a config's ``EMAHook`` for this one; the hook's settings are kept.
+Under FSDP2 (``tools/train.py --fsdp``) ``vit_plugin.FlexibleRunner`` swaps a config's ``EMAHook`` for
+this one; the hook's settings are kept.
 """
 from typing import Dict
 
