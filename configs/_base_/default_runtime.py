@@ -47,6 +47,8 @@ default_hooks = dict(
     bad_samples=dict(type='vit_plugin.SkipBadSamplesHook'),
     # Warns when loaded weights were trained on inputs scaled otherwise than data_preprocessor scales them.
     input_norm_check=dict(type='vit_plugin.InputNormCheckHook'),
+    # Stops a run whose global_batch_size mmengine's Runner.from_cfg dropped (it ignores runner_type).
+    runner_check=dict(type='vit_plugin.RunnerCheckHook'),
 )
 
 env_cfg = dict(

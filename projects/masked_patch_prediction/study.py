@@ -64,10 +64,10 @@ def _schedule(cfg, iters, warmup):
 
 
 def _train(cfg, name, work_dir):
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
     cfg.work_dir = osp.join(work_dir, name)
     cfg.experiment_name = name  # one logger per run inside this process
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the runner the config names
     start = time.time()
     runner.train()
     return runner, time.time() - start

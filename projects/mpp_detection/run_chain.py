@@ -85,11 +85,11 @@ def parse_args(argv=None):
 
 
 def _run(cfg, name, work_dir):
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
     cfg.work_dir = osp.join(work_dir, name)
     # one logger, message hub and default scope per run inside this process
     cfg.experiment_name = f"{name}-{time.strftime('%Y%m%d_%H%M%S')}"
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the runner the config names
     start = time.time()
     runner.train()
     return runner, time.time() - start

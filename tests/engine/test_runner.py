@@ -244,3 +244,15 @@ def test_each_option_of_tools_train_is_config_keys(flags, keys, monkeypatch):
 
     by_flag, by_keys = merged(*flags), merged('--cfg-options', *keys)
     assert by_flag == by_keys and by_flag != merged()
+
+
+def test_mmengines_from_cfg_of_a_config_naming_our_runner_stops_before_training(tmp_path, digits_root):
+    """mmengine's Runner.from_cfg ignores runner_type: the run would silently lack the global batch."""
+    from mmengine.runner import Runner as MMEngineRunner
+    from vit_plugin.engine.runner import RunSetupError
+    cfg = Config.fromfile(osp.join(REPO, 'configs', 'vit_demo_digits.py'))
+    cfg.merge_from_dict(dict(work_dir=str(tmp_path), global_batch_size=128,
+                             train_dataloader=dict(num_workers=0, dataset=dict(data_root=digits_root)),
+                             val_dataloader=dict(num_workers=0, dataset=dict(data_root=digits_root))))
+    with pytest.raises(RunSetupError, match=r"runner_type='vit_plugin.Runner' and global_batch_size=128.*RUNNERS"):
+        MMEngineRunner.from_cfg(cfg).train()

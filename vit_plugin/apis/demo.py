@@ -15,7 +15,7 @@ import sys
 import time
 
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 from vit_plugin.datasets.digits import prepare_digits_dataset
 
@@ -92,7 +92,7 @@ def main(argv=None):
           f'on {os.cpu_count()} CPU core(s); progress is logged every '
           f'{cfg.default_hooks.logger.interval} iterations', flush=True)
 
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the runner the config names (vit_plugin.Runner)
     runner.train()
     train_time = time.time() - start
     metrics = runner.test()

@@ -24,16 +24,19 @@ Under the FSDP2 strategy an ``EMAHook`` becomes ``vit_plugin.ShardedEMAHook`` (s
 docs/configs.md#one-runner-named-by-the-config.
 """
 import copy
+import logging
 import os
 from typing import Callable, Optional
 
 import torch
 from mmengine.config import Config
 from mmengine.dist import infer_launcher
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.runner import FlexibleRunner as MMEngineFlexibleRunner
 from mmengine.runner import Runner as MMEngineRunner
 
-from vit_plugin.registry import RUNNERS
+from vit_plugin.registry import HOOKS, RUNNERS
 
 from .checkpointing import find_resumable_checkpoint
 from .device_defaults import apply_device_defaults
@@ -219,6 +222,36 @@ def prepare_run(cfg: Config, flexible: bool = False, device: Optional[str] = Non
 
 
 # ---------------------------------------------------------------------------------------- the runners
+#: The config key in which vit_plugin's runners record that they built the run.
+BUILT_BY_KEY = 'built_by_runner'
+
+
+@HOOKS.register_module()
+class RunnerCheckHook(Hook):
+    """Speaks up when a config names one of vit_plugin's runners but another one built the run.
+
+    mmengine's ``Runner.from_cfg(cfg)`` (a classmethod of mmengine's own class) ignores ``runner_type``,
+    so :func:`prepare_run` never ran. vit_plugin's runtimes list this hook: before the first iteration
+    it stops a run whose ``global_batch_size`` was thereby dropped (it would train the paper's schedule
+    with the per-device batch), and warns about the other steps missing.
+    """
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        cfg = getattr(runner, 'cfg', None) or {}
+        wanted = str(cfg.get('runner_type', ''))
+        if not wanted.startswith('vit_plugin.') or cfg.get(BUILT_BY_KEY) == wanted:
+            return
+        built = type(runner).__name__
+        if cfg.get('global_batch_size') and not cfg.get(APPLIED_KEY):
+            raise RunSetupError(f'The config names runner_type={wanted!r} and global_batch_size='
+                                f'{cfg.global_batch_size}, but {built}.from_cfg built the run without them. Build '
+                                f'it with mmengine.registry.RUNNERS.build(cfg).')
+        print_log(f'The config names runner_type={wanted!r}, but {built}.from_cfg built the run: its device '
+                  f'defaults and pre-emption safety are off. RUNNERS.build(cfg) builds it as configured.',
+                  logger='current', level=logging.WARNING)
+
+
 @RUNNERS.register_module()
 class Runner(MMEngineRunner):
     """mmengine's ``Runner``, built from a config prepared by :func:`prepare_run`.
@@ -233,7 +266,9 @@ class Runner(MMEngineRunner):
         if cfg.get('strategy'):
             raise RunSetupError(f'strategy={_type_name(cfg.strategy)!r} needs a FlexibleRunner: set '
                                 "runner_type='vit_plugin.FlexibleRunner' (a Runner has no strategy).")
-        return super().from_cfg(prepare_run(cfg))
+        cfg = prepare_run(cfg)
+        cfg[BUILT_BY_KEY] = 'vit_plugin.Runner'
+        return super().from_cfg(cfg)
 
 
 @RUNNERS.register_module()
@@ -243,9 +278,10 @@ class FlexibleRunner(MMEngineFlexibleRunner):
 
     @classmethod
     def from_cfg(cls, cfg: Config) -> 'FlexibleRunner':
-        cfg = copy.deepcopy(cfg)
-        return super().from_cfg(prepare_run(cfg, flexible=True))
+        cfg = prepare_run(copy.deepcopy(cfg), flexible=True)
+        cfg[BUILT_BY_KEY] = 'vit_plugin.FlexibleRunner'
+        return super().from_cfg(cfg)
 
 
-__all__ = ['FlexibleRunner', 'Runner', 'RunSetupError', 'SWITCHES', 'check_processes_per_gpu', 'is_rank_zero',
+__all__ = ['FlexibleRunner', 'Runner', 'RunnerCheckHook', 'RunSetupError', 'SWITCHES', 'check_processes_per_gpu', 'is_rank_zero',
            'prepare_run', 'run_device', 'run_launcher', 'run_world_size']

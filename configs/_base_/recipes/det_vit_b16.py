@@ -14,7 +14,9 @@ custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 # input-scaling check (switches: docs/configs.md#one-runner-named-by-the-config).
 runner_type = 'vit_plugin.Runner'
 # Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
-_guard_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10))
+# RunnerCheckHook stops a run whose global batch mmengine's Runner.from_cfg dropped (it ignores runner_type).
+_guard_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10),
+                    runner_check=dict(type='vit_plugin.RunnerCheckHook'))
 
 # ---- The backbone: the only lines to change for another ViT or checkpoint --------------------------
 # embed_dims is the arch's width: 'ti' 192, 's' 384, 'b' 768, 'l' 1024, 'h' 1280. The checkpoint may be
