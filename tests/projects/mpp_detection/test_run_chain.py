@@ -86,7 +86,7 @@ def test_mpp_config_pretrains_exactly_the_detector_backbone(tmp_path):
     assert mpp.model.head.in_channels == detector.model.backbone.arch.embed_dims
     assert mpp.model.head.patch_size == detector.model.backbone.patch_size == 8
     assert mpp.model.head.target == 'mean_color_3bit' and mpp.model.corrupt_ratio == 0.5
-    assert mpp.train_cfg.type == 'IterBasedTrainLoop'
+    assert mpp.train_cfg.type == 'vit_plugin.IterBasedTrainLoop'
     assert mpp.train_dataloader.dataset.seed != detector.train_dataloader.dataset.get('seed', 0)
     init_default_scope('mmpretrain')
     data_cfg = mpp.train_dataloader.dataset
