@@ -1,0 +1,10 @@
+"""Samples per second per core of training input read from tar shards (local, over HTTP, through the
+webdataset library) against the folder layout; the shard index's build time and memory.
+
+``python tools/analysis/benchmark_shards.py --help`` lists the options; the code is
+:mod:`vit_plugin.benchmarks.benchmark_shards`.
+"""
+from vit_plugin.benchmarks.benchmark_shards import main
+
+if __name__ == '__main__':
+    main()
