@@ -49,7 +49,7 @@ def test_the_shards_hold_the_folders_images_in_timms_layout(run):
     assert seen == folder
 
 
-def test_every_reader_reads_every_image_once_with_its_label(run):
+def test_every_reader_reads_as_many_samples_with_the_same_labels_as_the_data(run):
     labels = json.loads((run['data'] / 'spec.json').read_text())['labels']
     read = run['saved']['read']
     assert set(read) == set(bench.READERS)
