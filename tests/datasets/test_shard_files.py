@@ -4,6 +4,7 @@ Remote reads go to a loopback HTTP server that the module starts (vit_plugin.ben
 and counts requests on; ``hf://`` is tested offline against a Hugging Face cache laid out in a temporary
 folder, and against an endpoint on 127.0.0.1 where nothing listens.
 """
+import gc
 import hashlib
 import io
 import math
@@ -14,6 +15,7 @@ import pickle
 import random
 import shutil
 import tarfile
+import threading
 import time
 
 import pytest
@@ -432,3 +434,25 @@ def test_module_names_are_exported_by_the_package():
     import vit_plugin.datasets as datasets
     assert all(getattr(datasets, name) is getattr(shard_files, name)
                for name in ('ShardReader', 'ShardReadError', 'fingerprint', 'open_for_scan', 'list_shards_in_folder'))
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone(shards, srv):
+    """A data-loader or index worker forked after the parent read over HTTP reads on its own; the parent's
+    pooled connections keep working (a child closing its copy of the parent's session would take the
+    parent's sockets out of the epoll set they share, and the parent's next read would hang)."""
+    url = srv.url + '/s0.tar'
+    before = fingerprint(url)  # the parent now holds a session with a pooled connection
+
+    def child():
+        fingerprint(url)
+        gc.collect()
+
+    process = multiprocessing.get_context('fork').Process(target=child)
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    result = []
+    reader = threading.Thread(target=lambda: result.append(fingerprint(url)), daemon=True)
+    reader.start()
+    reader.join(20)
+    assert result == [before], 'the parent\'s read after the fork hangs'

@@ -358,11 +358,41 @@ def _hf_call(url: str, hf: HfPath, call: Callable[[], Any], retries: int, backof
         raise
 
 
+#: This process's fsspec file systems, by protocol. They are made with ``skip_instance_cache`` so that this
+#: module alone holds them, and decides what a forked child does with them (:func:`_after_fork_in_child`).
+_FILE_SYSTEMS: Dict[str, Any] = {}
+#: A forked child's copies of its parent's file systems: kept, never used, never closed.
+_INHERITED: List[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a data-loader or index worker) leaves its parent's file systems alone.
+
+    An HTTP file system holds an aiohttp session whose sockets the parent's event loop watches through
+    one epoll set, which a forked child shares. Were the child to close its copy (fsspec does so when a
+    child drops the parent's instances), it would remove the parent's sockets from that set, and the
+    parent's next remote read would wait for aiohttp's 5-minute timeout. The child keeps the copies
+    untouched and opens file systems of its own.
+    """
+    _INHERITED.extend(_FILE_SYSTEMS.values())
+    _FILE_SYSTEMS.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _fsspec(url: str):
     """(file system, path) of a remote, non-hf URL."""
     import fsspec
     try:
-        return fsspec.core.url_to_fs(url)
+        if '::' in url:  # a chained URL (e.g. simplecache::s3://...): fsspec's own instances
+            return fsspec.core.url_to_fs(url)
+        protocol = fsspec.core.split_protocol(url)[0]
+        fs = _FILE_SYSTEMS.get(protocol)
+        if fs is None:
+            fs = _FILE_SYSTEMS[protocol] = fsspec.filesystem(protocol, skip_instance_cache=True)
+        return fs, fsspec.core.strip_protocol(url)
     except ImportError as err:
         raise ShardReadError(url, f'{err}') from None
     except ValueError as err:  # an unknown protocol
