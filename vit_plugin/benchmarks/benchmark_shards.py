@@ -102,6 +102,10 @@ def parse_args(argv=None):
     parser.add_argument('--readers', nargs='+', default=list(READERS), choices=READERS)
     parser.add_argument('--delay-ms', type=float, default=20.0,
                         help='latency added to every HTTP request of the remote reader. Default: 20.')
+    parser.add_argument('--chunk-mib', type=float, default=None,
+                        help="the remote reader's chunk size in MiB. Default: ShardReader's.")
+    parser.add_argument('--readahead', type=int, default=None,
+                        help="the remote reader's chunks of read-ahead. Default: ShardReader's.")
     parser.add_argument('--block-size', type=int, default=256, help='BlockShuffleSampler. Default: 256.')
     parser.add_argument('--mix-blocks', type=int, default=16, help='BlockShuffleSampler. Default: 16.')
     parser.add_argument('--core', type=int, default=None,
@@ -403,7 +407,12 @@ def measure_readers(args, data: ImageData, work: str) -> Tuple[Dict[str, List[fl
         if 'remote' in args.readers:
             server = stack.enter_context(server_process(data.shards, args.delay_ms / 1e3, others))
             url = server.url
-            setting.update(url=url, delay_ms=args.delay_ms, reader=repr(ShardReader()))
+            reader_args = {}
+            if args.chunk_mib:
+                reader_args['chunk_bytes'] = int(args.chunk_mib * (1 << 20))
+            if args.readahead is not None:
+                reader_args['readahead_chunks'] = args.readahead
+            setting.update(url=url, delay_ms=args.delay_ms, reader=repr(ShardReader(**reader_args)))
             caches = osp.join(work, 'chunk_caches')
             remote = {'count': 0}
             index = local._index  # the local index: the bytes of the images a pass reads
@@ -417,12 +426,8 @@ def measure_readers(args, data: ImageData, work: str) -> Tuple[Dict[str, List[fl
                     shutil.rmtree(remote['cache'], ignore_errors=True)
                 remote['count'] += 1
                 remote['cache'] = osp.join(caches, str(remote['count']))
-                # index_workers=1: a build forked from this process after it has read over HTTP leaves its
-                # pooled connection unwatched (the children drop their copy of fsspec's session, and that
-                # unregisters the sockets from the event loop's epoll, shared across fork): the next read
-                # waits for aiohttp's 5-minute timeout. docs/benchmarks.md#tar-shards.
                 remote['dataset'] = TarShardDataset(data_root=url, index_file=osp.join(work, 'remote.index'),
-                                                    index_workers=1, reader=dict(cache_dir=remote['cache']),
+                                                    reader=dict(cache_dir=remote['cache'], **reader_args),
                                                     **shard_kwargs)
                 server.stats()  # the requests of the set-up (split file, listing, versions) are not counted
 
