@@ -120,7 +120,10 @@ def test_mmpretrain_get_model_loads_the_same_weights_by_name(loaded):
 
 def test_mmpretrain_inferencer_runs_the_model_by_name(loaded, digits_root):
     images = digit_images(digits_root)
-    inferencer = ImageClassificationInferencer(NAME, device='cpu')
+    # mmpretrain's inferencer builds its pipeline in whatever default scope is current; an earlier test's
+    # runner in this worker may have left another toolkit's, which a user's fresh process does not have.
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        inferencer = ImageClassificationInferencer(NAME, device='cpu')
     results = inferencer(images)
     expected = scores(loaded[0], images)
     assert [r['pred_class'] for r in results] == [CLASSES[i] for i in expected.argmax(1).tolist()]
