@@ -18,15 +18,14 @@ and platform given (default: this interpreter's); the large ones (OpenCV, SciPy)
 wheelhouse too big to copy and are left to the host, listed in ``host-requirements.txt``. A wheel of
 vit_plugin itself completes it. The wheelhouse must stay under 64 MiB.
 
-``venv`` (on the host, with its Python that has torch) makes ``--venv`` with
-``python -m venv --system-site-packages``, so torch, torchvision and the host's compiled packages are
-used as they are, and installs the wheelhouse into it with ``pip --no-index --no-deps`` (every
+``venv`` (on the host, with its Python that has torch) makes ``--venv`` that sees, after its own
+packages, the host's torch, torchvision and compiled packages (NumPy, Pillow, OpenCV, SciPy, llvmlite,
+scikit-image, whichever are installed, with what they require) linked into ``VENV/host-site``, and no
+other host package; it installs the wheelhouse into it with ``pip --no-index --no-deps`` (every
 dependency is in the list already, and pip must not refuse e.g. a host's ``opencv-python-headless``
-for mmcv's ``opencv-python``). It then checks that the stack imports. ``--host-site`` stands for a
-host's site-packages where the creating Python has none (a directory added to the venv's path after
-its own packages, as ``--system-site-packages`` adds the base interpreter's); ``host-site`` makes one
-from the running environment (links to its torch, torchvision, OpenCV and SciPy and what they require),
-which is how the wheelhouse is checked on a machine without such a host.
+for mmcv's ``opencv-python``) and checks that the stack imports. ``--host-site DIR`` uses a folder
+made beforehand instead; ``host-site`` makes one from the running environment, which is how the
+wheelhouse is checked on a machine without such a host.
 """
 import argparse
 import importlib.metadata as metadata
@@ -245,38 +244,50 @@ print(f'stack ok: torch {{torch.__version__}}, numpy {{numpy.__version__}}, mmen
 """
 
 
+#: What the venv takes from the host besides torch and torchvision (those installed there, with what they
+#: require): the compiled packages the wheelhouse leaves out.
+HOST_EXTRAS = ['numpy', 'pillow', 'opencv-python', 'opencv-python-headless', 'scipy', 'llvmlite', 'scikit-image']
+
+
 def venv(args) -> None:
     wheelhouse = osp.abspath(args.wheelhouse)
     requirements = osp.join(wheelhouse, 'requirements.txt')
     if not osp.isfile(requirements):
         raise SystemExit(f'make_wheelhouse venv: {requirements} not found; run `make wheelhouse` on a machine with '
                          f'network access and copy the folder here.')
+    # Not --system-site-packages: a host's environment often holds packages the stack cannot use (a
+    # transformers 5 that mmpretrain's multimodal models break on, the huggingface_hub it needs), and it
+    # may itself be a virtual environment, whose packages --system-site-packages would not reach. The
+    # venv sees the host's torch, torchvision and compiled packages only, linked into one folder.
+    host = osp.abspath(args.host_site or osp.join(args.venv, 'host-site'))
+    if not args.host_site:
+        shutil.rmtree(host, ignore_errors=True)
+        link_host_packages(HOST + HOST_EXTRAS, host)
     if not osp.isfile(osp.join(args.venv, 'bin', 'python')):
-        options = [] if args.host_site else ['--system-site-packages']
-        subprocess.run([sys.executable, '-m', 'venv', *options, args.venv], check=True)
-    python = osp.join(args.venv, 'bin', 'python')
-    if args.host_site:
-        site = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        with open(osp.join(site, '_host_site_packages.pth'), 'w') as f:
-            f.write(osp.abspath(args.host_site) + '\n')
+        subprocess.run([sys.executable, '-m', 'venv', args.venv], check=True)
+    # absolute: the import check runs in a temporary folder, away from this checkout's vit_plugin
+    python = osp.abspath(osp.join(args.venv, 'bin', 'python'))
+    purelib = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    with open(osp.join(purelib, '_host_site_packages.pth'), 'w') as f:  # after the venv's own packages
+        f.write(host + '\n')
     subprocess.run([python, '-m', 'pip', 'install', '--disable-pip-version-check', '-q', '--no-index', '--no-deps',
                     '--find-links', wheelhouse, '-r', requirements], check=True)
     check = subprocess.run([python, '-c', CHECK.format(modules=HOST_MODULES)], capture_output=True, text=True,
                            cwd=tempfile.gettempdir())
     if check.returncode != 0:
-        host = osp.join(wheelhouse, 'host-requirements.txt')
+        listed = osp.join(wheelhouse, 'host-requirements.txt')
         raise SystemExit(f'make_wheelhouse venv: {args.venv} does not import the stack:\n{check.stderr[-3000:]}\n'
-                         f'{host} lists what the host must provide.')
+                         f'{listed} lists what the host must provide.')
     print(check.stdout.strip())
 
 
-def host_site(args) -> None:
-    """Links to this environment's host packages (and what they require) in one directory: a stand-in for
-    a CUDA host's site-packages, to check the wheelhouse on a machine that has none."""
+def link_host_packages(packages, out: str) -> None:
+    """Links those of ``packages`` installed beside this Python, and what they require, into ``out``: a
+    host's site-packages reduced to what the stack takes from it."""
     dists = _installed()
-    names = closure(args.packages, dists)
-    os.makedirs(args.out, exist_ok=True)
+    names = closure([p for p in packages if _canonical(p) in dists], dists)
+    os.makedirs(out, exist_ok=True)
     linked = set()
     for name in names:
         dist = dists[name]
@@ -286,10 +297,15 @@ def host_site(args) -> None:
                 continue
             source = osp.join(str(dist.locate_file('')), top)
             if osp.exists(source):
-                os.symlink(source, osp.join(args.out, top))
+                os.symlink(source, osp.join(out, top))
                 linked.add(top)
     print(f'host-site: {len(names)} distributions ({", ".join(sorted(n for n in names if not n.startswith("nvidia")))} '
-          f'and the nvidia libraries) linked into {args.out}')
+          f'and the nvidia libraries) linked into {out}')
+
+
+def host_site(args) -> None:
+    """A stand-in for a CUDA host's site-packages, to check the wheelhouse on a machine that has none."""
+    link_host_packages(args.packages, args.out)
 
 
 def parse_args(argv=None):

@@ -48,7 +48,11 @@ def test_bf16_training_step_follows_fp32(full_fp32):
         model = toy_classifier().cuda()
         optim = build_optim_wrapper(model, dict(wrapper, optimizer=dict(type='AdamW', lr=1e-3, fused=True)))
         dtypes = {}
-        model.backbone.blocks[0].attn.qkv.register_forward_hook(lambda m, a, out: dtypes.setdefault('qkv', out.dtype))
+
+        def record(module, args, out):  # returns None: a forward hook's return value replaces the output
+            dtypes.setdefault('qkv', out.dtype)
+
+        model.backbone.blocks[0].attn.qkv.register_forward_hook(record)
         losses = []
         for batch in template_batches():
             batch = dict(batch, inputs=[x.cuda() for x in batch['inputs']])
