@@ -2,9 +2,13 @@
 extracting, checked against the bytes and labels the tests wrote; bad input named before training."""
 import gzip
 import json
+import multiprocessing
 import os
 import os.path as osp
+import signal
 import tarfile
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -125,6 +129,34 @@ def test_every_core_builds_the_same_index(wds):
     for name in ('offsets', 'sizes', 'labels', 'shard_starts', 'name_offsets', 'names_data'):
         assert np.array_equal(getattr(serial, name), getattr(parallel, name)), name
 
+
+def _fail_first_then_work(task):
+    if task[0] == 0:
+        raise TarIndexError('shard 0: damaged')
+    time.sleep(5)  # still scanning when the build stops
+
+
+def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkeypatch):
+    """A training process's pre-emption handler (it only records SIGTERM) is inherited by the forked
+    index workers; a build that stops on a damaged shard must still end the one still scanning. A
+    watchdog kills workers left after 20 s, so that a stalled build fails instead of hanging."""
+    def kill_workers():
+        for child in multiprocessing.active_children():
+            child.kill()
+
+    monkeypatch.setattr(tar_index, '_run_task', _fail_first_then_work)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    watchdog = threading.Timer(20, kill_workers)
+    watchdog.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(TarIndexError, match='shard 0'):
+            list(tar_index._scans([(0,), (1,), (2,)], workers=2))
+        assert time.perf_counter() - start < 4 and multiprocessing.active_children() == []
+    finally:
+        watchdog.cancel()
+        signal.signal(signal.SIGTERM, previous)
+        kill_workers()
 
 # --------------------------------------------------------------------------------------- bad input
 def _truncate_mid_member(folder):

@@ -270,10 +270,13 @@ class _Validations:
         self.metric, self.hook = MeanPrediction(), Record()
 
 
-def _toy_runner(work_dir, train_cfg, checkpoint, signal_at, validations=None, resume=None):
-    """A real mmengine Runner on a linear model, in this process (no subprocess start-up)."""
+def _toy_runner(work_dir, train_cfg, checkpoint, signal_at, validations=None, resume=None, runner_class=None,
+                extra_hooks=()):
+    """A real mmengine Runner (or ``runner_class``) on a linear model, in this process (no subprocess
+    start-up)."""
     from mmengine.model import BaseModel
     from mmengine.runner import Runner
+    Runner = runner_class or Runner
 
     class Toy(BaseModel):
         def __init__(self):
@@ -298,9 +301,29 @@ def _toy_runner(work_dir, train_cfg, checkpoint, signal_at, validations=None, re
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         default_hooks=dict(checkpoint=dict(type='vit_plugin.AtomicCheckpointHook', **checkpoint),
                            preemption=dict(type='vit_plugin.PreemptionHook'), logger=None),
-        custom_hooks=[_SignalAt(signal_at).hook] + ([validations.hook] if validations else []),
+        custom_hooks=[_SignalAt(signal_at).hook, *extra_hooks] + ([validations.hook] if validations else []),
         default_scope='mmengine', resume=resume is not None, load_from=resume,
         experiment_name=f'preemption_{osp.basename(str(work_dir))}_{signal_at}_{resume is not None}', **val)
+
+
+def test_a_run_that_fails_gives_the_signals_back(tmp_path):
+    # A run that ends in an exception has no after_run; vit_plugin's runner restores the handlers itself,
+    # so the process (a notebook, a test worker) keeps its own SIGTERM: a forked pool can still end.
+    from mmengine.hooks import Hook
+
+    from vit_plugin.engine.runner import Runner
+
+    class FailAt3(Hook):
+        def before_train_iter(self, runner, batch_idx, data_batch=None):
+            if runner.iter + 1 == 3:
+                raise RuntimeError('data error in iteration 3')
+
+    previous = signal.getsignal(signal.SIGTERM)
+    runner = _toy_runner(tmp_path, dict(type='IterBasedTrainLoop', max_iters=20), dict(by_epoch=False, interval=100),
+                         signal_at=0, runner_class=Runner, extra_hooks=[FailAt3()])
+    with pytest.raises(RuntimeError, match='iteration 3'):
+        runner.train()
+    assert signal.getsignal(signal.SIGTERM) is previous
 
 
 @pytest.mark.parametrize('checkpoint_interval', [6, 100], ids=['checkpoint-hook-saves', 'preemption-hook-saves'])

@@ -163,6 +163,12 @@ class PreemptionHook(Hook):
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handle)
 
+    def release(self) -> None:
+        """Gives the signals back to the handlers they had before :meth:`before_run`. ``after_run`` calls
+        it; a run that ends in an exception has no ``after_run``, so vit_plugin's runners call
+        :func:`release_signals` then (a notebook or a test process keeps its own SIGTERM)."""
+        self._restore()
+
     def _restore(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -280,3 +286,10 @@ def use_preemption_safe_hooks(cfg) -> None:
         checkpoint['type'] = 'vit_plugin.AtomicCheckpointHook'
     if 'preemption' not in hooks:
         hooks['preemption'] = dict(type='vit_plugin.PreemptionHook')
+
+
+def release_signals(runner) -> None:
+    """:meth:`PreemptionHook.release` for each of ``runner``'s pre-emption hooks."""
+    for hook in runner.hooks:
+        if isinstance(hook, PreemptionHook):
+            hook.release()

@@ -42,7 +42,7 @@ from .checkpointing import find_resumable_checkpoint
 from .device_defaults import apply_device_defaults
 from .global_batch import APPLIED_KEY, apply_global_batch_size, world_size_from_env
 from .hooks import use_input_norm_check
-from .preemption import use_preemption_safe_hooks
+from .preemption import release_signals, use_preemption_safe_hooks
 from .slurm import slurm_env
 
 
@@ -270,6 +270,12 @@ class Runner(MMEngineRunner):
         cfg[BUILT_BY_KEY] = 'vit_plugin.Runner'
         return super().from_cfg(cfg)
 
+    def train(self):
+        try:
+            return super().train()
+        finally:
+            release_signals(self)  # also when the run ends in an exception, which has no after_run
+
 
 @RUNNERS.register_module()
 class FlexibleRunner(MMEngineFlexibleRunner):
@@ -281,6 +287,12 @@ class FlexibleRunner(MMEngineFlexibleRunner):
         cfg = prepare_run(copy.deepcopy(cfg), flexible=True)
         cfg[BUILT_BY_KEY] = 'vit_plugin.FlexibleRunner'
         return super().from_cfg(cfg)
+
+    def train(self):
+        try:
+            return super().train()
+        finally:
+            release_signals(self)
 
 
 __all__ = ['FlexibleRunner', 'Runner', 'RunnerCheckHook', 'RunSetupError', 'SWITCHES', 'check_processes_per_gpu', 'is_rank_zero',
