@@ -438,10 +438,10 @@ def test_module_names_are_exported_by_the_package():
 
 def test_a_forked_child_leaves_the_parents_connections_alone(shards, srv):
     """A data-loader or index worker forked after the parent read over HTTP reads on its own; the parent's
-    pooled connections keep working (a child closing its copy of the parent's session would take the
+    pooled connections keep working (a child closing its copy of the parent's aiohttp ClientSession would take the
     parent's sockets out of the epoll set they share, and the parent's next read would hang)."""
     url = srv.url + '/s0.tar'
-    before = fingerprint(url)  # the parent now holds a session with a pooled connection
+    before = fingerprint(url)  # the parent now holds a ClientSession with a pooled connection
 
     def child():
         fingerprint(url)

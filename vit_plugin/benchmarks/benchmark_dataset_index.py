@@ -35,6 +35,7 @@ import numpy as np
 
 from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.peak_memory import max_rss_mib
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.compat import torch as torch_compat
 from vit_plugin.datasets.checked import ImageNet21k as OurImageNet21k
 
@@ -269,9 +270,7 @@ def main(argv=None) -> dict:
               'batches': args.batches, 'batch_size': args.batch_size, 'seed': args.seed, 'rows': rows,
               'notes': notes, 'cpu_count': os.cpu_count()}
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
+        write_result(result, args.out)
     return result
 
 

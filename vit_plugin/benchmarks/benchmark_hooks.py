@@ -18,7 +18,6 @@ Example::
 """
 import argparse
 import functools
-import json
 import logging
 import os
 import os.path as osp
@@ -35,6 +34,7 @@ from mmengine.logging import MMLogger
 from mmengine.runner import Runner
 
 import vit_plugin  # noqa: F401  (registers the hooks)
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds
 from vit_plugin.benchmarks.toy_classifier import LossModel, vit_classifier
 
@@ -170,9 +170,7 @@ def main(argv=None) -> dict:
     result = dict(argv=sys.argv[1:] if argv is None else argv, torch=torch.__version__,
                   world_size=args.world_size, rows=rows)
     if args.out:
-        os.makedirs(osp.dirname(args.out) or '.', exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
+        write_result(result, args.out)
     return result
 
 

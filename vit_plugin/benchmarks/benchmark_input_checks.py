@@ -41,6 +41,7 @@ import numpy as np
 from vit_plugin.benchmarks import benchmark_dataset_index, benchmark_pipeline
 from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.peak_memory import heap_peak_bytes
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds, time_calls
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, check_labels
 from vit_plugin.datasets.decode import decode_image, inspect_image
@@ -181,9 +182,7 @@ def main(argv=None) -> dict:
     if not args.skip_decode:
         result['decode'] = decode_checks(args)
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
+        write_result(result, args.out)
     return result
 
 

@@ -29,7 +29,6 @@ Example::
 """
 import argparse
 import io
-import json
 import os
 import os.path as osp
 import platform
@@ -41,6 +40,7 @@ import cv2
 import numpy as np
 import torch
 
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds
 
 PIPELINES = ('mmpretrain_vit', 'mmpretrain_cv2', 'torchvision', 'ours')
@@ -207,8 +207,6 @@ def main(argv=None) -> dict:
         ratio = f"{row['cv2.imdecode_speedup']:.2f}x" if 'cv2.imdecode_speedup' in row else ''
         print(f"{name:16s} {row['images_per_s']:9.0f} {row['ms_per_image']:9.3f} {ratio:>11s}")
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=2)
+        write_result(result, args.out, indent=2)
         print(f'written {args.out}')
     return result

@@ -26,7 +26,6 @@ Example (docs/benchmarks.md#resume; once per stack)::
 """
 import argparse
 import gc
-import json
 import logging
 import os
 import os.path as osp
@@ -37,6 +36,7 @@ import time
 from typing import Dict, List, Optional
 
 from vit_plugin.benchmarks.benchmark_shards import PIPELINE, SPLIT, add_image_args, write_images
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds
 
 VARIANTS = ('fresh', 'before', 'after')
@@ -221,8 +221,6 @@ def main(argv=None) -> dict:
     result['seconds'] = time.perf_counter() - started
     print(f'{result["seconds"]:.0f} s in all')
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
+        write_result(result, args.out)
         print(f'written {args.out}')
     return result

@@ -71,6 +71,7 @@ from vit_plugin import label_spaces
 from vit_plugin.benchmarks.benchmark_pipeline import make_jpegs
 from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
 from vit_plugin.benchmarks.loopback_http import serve_folder
+from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds
 from vit_plugin.datasets import BlockShuffleSampler, TarShardDataset
 from vit_plugin.datasets.checked import ImageNet21k
@@ -735,9 +736,7 @@ def main(argv=None) -> dict:
     result['seconds'] = time.perf_counter() - started
     print(f'\n{result["seconds"]:.0f} s in all')
     if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=1)
+        write_result(result, args.out)
         print(f'written {args.out}')
     return result
 

@@ -368,7 +368,7 @@ _INHERITED: List[Any] = []
 def _after_fork_in_child() -> None:
     """A forked child (a data-loader or index worker) leaves its parent's file systems alone.
 
-    An HTTP file system holds an aiohttp session whose sockets the parent's event loop watches through
+    An HTTP file system holds an aiohttp ClientSession whose sockets the parent's event loop watches through
     one epoll set, which a forked child shares. Were the child to close its copy (fsspec does so when a
     child drops the parent's instances), it would remove the parent's sockets from that set, and the
     parent's next remote read would wait for aiohttp's 5-minute timeout. The child keeps the copies
