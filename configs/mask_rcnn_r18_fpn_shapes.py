@@ -25,7 +25,7 @@ model = dict(
 # ViT's constructor exempts them.
 optim_wrapper = dict(
     _delete_=True,
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
     paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.),
     clip_grad=dict(max_norm=1.0, norm_type=2))

@@ -38,7 +38,7 @@ train_dataloader = dict(
 # decoupled (AdamW), the way the official Flax optimiser applies weight decay. Gradients are clipped at
 # global norm 1 as in all of the paper's pre-training.
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     optimizer=dict(type='AdamW', lr=2e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1),
     clip_grad=dict(max_norm=1.0),
 )

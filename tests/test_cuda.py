@@ -70,13 +70,12 @@ def test_bf16_training_step_follows_fp32(full_fp32):
 def test_guard_skips_an_fp16_overflow_on_the_device(monkeypatch):
     from mmengine.optim import build_optim_wrapper
 
-    from vit_plugin.engine.hooks import NonFiniteGuard
+    import vit_plugin  # noqa: F401  (registers vit_plugin.*)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 1)).cuda()
-    wrapper = build_optim_wrapper(model, dict(type='vit_plugin.AutocastOptimWrapper', dtype='float16',
+    wrapper = build_optim_wrapper(model, dict(type='vit_plugin.GuardedAutocastOptimWrapper', dtype='float16',
                                               loss_scale=dict(init_scale=256.),
                                               optimizer=dict(type='AdamW', lr=1e-2, fused=True)))
-    guard = NonFiniteGuard(wrapper)
     x = torch.randn(8, 16, device='cuda')
 
     def update(inject=False):
@@ -86,7 +85,7 @@ def test_guard_skips_an_fp16_overflow_on_the_device(monkeypatch):
         wrapper.update_params(loss)
         if handle is not None:
             handle.remove()
-        return guard.take()
+        return wrapper.take_verdict()
 
     update()
     params = [p.detach().clone() for p in model.parameters()]

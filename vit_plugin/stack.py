@@ -7,17 +7,14 @@ vit_plugin runs on either stack of OpenMMLab packages (docs/installation.md#two-
 - ``classic``: the last upstream releases (``mmengine``, ``mmcv``/``mmcv-lite``, ``mmpretrain``, ``mmdet``) on
   torch 2.9, the last torch that torch_xla supports.
 
-Standard library only until :func:`quiet_openmmlab_imports` runs, so that ``import vit_plugin`` in an
-environment with neither stack stops with one message that says how to install one.
+Standard library only, so that ``import vit_plugin`` in an environment with neither stack stops with one
+message that says how to install one.
 """
-import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
-import io
 import shutil
 import subprocess
-import sys
 
 #: The distributions of each stack, by the import name they provide.
 DISTRIBUTIONS = {
@@ -34,11 +31,6 @@ INSTALL_HINT = (
 #: The oldest NVIDIA Linux driver each CUDA major version of PyPI's torch wheels runs on (CUDA minor-version
 #: compatibility: a driver of the major's first release runs every later minor release's wheels).
 MIN_DRIVER = {'12': '525.60.13', '13': '580.65.06'}
-
-#: Printed by onedl-mmdetection's and onedl-mmpretrain's dataset packages at import when the optional
-#: ``onedl`` data package is absent (through ``print_log(..., level=DEBUG)`` without a logger, which prints
-#: whatever the level). It says nothing about vit_plugin's set-up.
-ONEDL_IMPORT_NOTICES = ('Could not import OneDL. Skipping OneDL datasets.', 'Could not import OneDL')
 
 
 def _installed(name):
@@ -67,23 +59,6 @@ def require_openmmlab():
     if missing:
         raise ImportError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; vit_plugin "
                           f'needs mmengine, mmcv, mmpretrain and mmdet.\n{INSTALL_HINT}')
-
-
-def quiet_openmmlab_imports():
-    """Imports mmdet's and mmpretrain's dataset packages with their OneDL notices removed from stdout.
-
-    Every other line they print passes through unchanged. Later imports of those packages are cached, so
-    this is the only place they can print it in a process that imports vit_plugin first.
-    """
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buffer):
-            importlib.import_module('mmpretrain.datasets')
-            importlib.import_module('mmdet.datasets')
-    finally:
-        kept = [line for line in buffer.getvalue().splitlines(keepends=True)
-                if line.strip() not in ONEDL_IMPORT_NOTICES]
-        sys.stdout.write(''.join(kept))
 
 
 def _nvidia_smi_gpus():

@@ -44,6 +44,14 @@ TEST_DATASETS: Dict[str, Dict[str, Any]] = {
 #: The paper's input normalisation: pixels to [-1, 1] (every released checkpoint expects it).
 PIXELS_TO_UNIT = dict(mean=[127.5, 127.5, 127.5], std=[127.5, 127.5, 127.5], to_rgb=True)
 
+#: The numerics of the weights each entry loads, declared on its backbone so that loading them changes
+#: nothing (docs/checkpoints.md#numerics-records): ``transformers``' ``google/vit-*`` ports run exact GELU
+#: and LayerNorm eps 1e-12 (their ``config.json``, which their conversion records), timm's ports exact
+#: GELU and eps 1e-6; all expect pixels in [-1, 1].
+HF_PORT_NUMERICS = dict(gelu_approximate='none', norm_eps=1e-12,
+                        expected_input_norm=dict(mean=PIXELS_TO_UNIT['mean'], std=PIXELS_TO_UNIT['std']))
+TIMM_PORT_NUMERICS = dict(HF_PORT_NUMERICS, norm_eps=1e-6)
+
 
 class UnknownModelError(ValueError):
     """A name that is not in the table; the message names the closest ones."""
@@ -73,6 +81,9 @@ class ReleasedModel:
         recipe (str, optional): The config under ``configs/`` that trains this model.
         test_dataset (dict, optional): The dataset ``tools/test.py NAME`` evaluates on; default: the
             evaluation split of ``classes`` (:data:`TEST_DATASETS`).
+        numerics (dict): Backbone keywords declaring the numerics of :attr:`weights`
+            (``gelu_approximate``, ``norm_eps``, ``expected_input_norm``; :data:`HF_PORT_NUMERICS`), so
+            that loading them changes nothing. Defaults to {}: the backbone's defaults.
     """
     name: str
     arch: Union[str, Mapping[str, int]]
@@ -89,6 +100,7 @@ class ReleasedModel:
     paper_source: str = ''
     recipe: Optional[str] = None
     test_dataset: Optional[Mapping[str, Any]] = field(default=None, compare=False)
+    numerics: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_classifier(self) -> bool:
@@ -102,7 +114,7 @@ class ReleasedModel:
         """The ``model`` of :meth:`config`: mmpretrain's ``ImageClassifier`` with ``vit_plugin.ViT`` (or
         ``HybridViT``) and, for a classifier, one linear layer (``VisionTransformerClsHead``)."""
         backbone = dict(type='vit_plugin.ViT', arch=copy.deepcopy(self.arch), img_size=self.img_size,
-                        patch_size=self.patch_size)
+                        patch_size=self.patch_size, **copy.deepcopy(dict(self.numerics)))
         if self.resnet_layers is not None:
             backbone.update(type='vit_plugin.HybridViT', layers=tuple(self.resnet_layers))
         head = None
@@ -151,8 +163,8 @@ class ReleasedModel:
 
 def _released() -> List[ReleasedModel]:
     # No paper_top1: see docs/model_zoo.md ("The paper's top-1") for why the column is empty.
-    in1k = dict(num_classes=1000, classes='imagenet1k', data=('ImageNet-21k', 'ImageNet-1k'))
-    in21k: Dict[str, Any] = {}
+    in1k = dict(num_classes=1000, classes='imagenet1k', data=('ImageNet-21k', 'ImageNet-1k'), numerics=HF_PORT_NUMERICS)
+    in21k: Dict[str, Any] = dict(numerics=HF_PORT_NUMERICS)
     hub, npz = 'hf-hub:google/', 'imagenet21k+imagenet2012/'
     return [
         ReleasedModel('vit-base-p16_in21k-pre_orig_in1k', 'b', 16, 224, hub + 'vit-base-patch16-224',
@@ -173,7 +185,7 @@ def _released() -> List[ReleasedModel]:
         ReleasedModel('vit-base-r50-s16_in21k-pre_orig_in1k-384px', 'b', 1, 384,
                       'hf-hub:timm/vit_base_r50_s16_384.orig_in21k_ft_in1k', resnet_layers=(3, 4, 9),
                       official_npz=npz + 'R50+ViT-B_16.npz', aliases=('vit_base_r50_s16_384.orig_in21k_ft_in1k', ),
-                      **in1k),
+                      **dict(in1k, numerics=TIMM_PORT_NUMERICS)),
         ReleasedModel('vit-base-p16_orig_in21k', 'b', 16, 224, hub + 'vit-base-patch16-224-in21k',
                       official_npz='imagenet21k/ViT-B_16.npz', aliases=('vit_base_patch16_224.orig_in21k', ),
                       recipe='configs/vit_b16_in21k.py', **in21k),
@@ -191,7 +203,8 @@ def _released() -> List[ReleasedModel]:
                       recipe='configs/vit_h14_in21k.py', **in21k),
         ReleasedModel('vit-base-r50-s16_orig_in21k', 'b', 1, 224, 'hf-hub:timm/vit_base_r50_s16_224.orig_in21k',
                       resnet_layers=(3, 4, 9), official_npz='imagenet21k/R50+ViT-B_16.npz',
-                      aliases=('vit_base_r50_s16_224.orig_in21k', ), recipe='configs/vit_r50_b16_in21k.py', **in21k),
+                      aliases=('vit_base_r50_s16_224.orig_in21k', ), recipe='configs/vit_r50_b16_in21k.py',
+                      numerics=TIMM_PORT_NUMERICS),
     ]
 
 

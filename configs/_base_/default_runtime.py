@@ -47,7 +47,8 @@ default_hooks = dict(
     bad_samples=dict(type='vit_plugin.SkipBadSamplesHook'),
     # Warns when loaded weights were trained on inputs scaled otherwise than data_preprocessor scales them.
     input_norm_check=dict(type='vit_plugin.InputNormCheckHook'),
-    # Stops a run whose global_batch_size mmengine's Runner.from_cfg dropped (it ignores runner_type).
+    # Reports a run mmengine's Runner.from_cfg built without the run plan (it ignores runner_type), and stops
+    # it when its global_batch_size was thereby dropped.
     runner_check=dict(type='vit_plugin.RunnerCheckHook'),
 )
 

@@ -93,6 +93,20 @@ def test_per_million_is_the_line_through_both_sizes():
     assert line['index_bytes'] == pytest.approx(dict(per_million=50e6, fixed=0.0))
 
 
+def test_the_extrapolation_is_printed_only_where_its_fit_means_something(run):
+    def line(per_million, fixed):
+        return dict(seconds=dict(per_million=per_million, fixed=fixed))
+    assert bench.fit_problems({4: line(5.0, 0.3), 1: line(18.0, 0.1)}) == []
+    assert bench.fit_problems({4: line(5.0, -0.2), 1: line(-1.0, 0.1)}) == [
+        '4 processes: a negative fixed cost (-0.20 s)', '1 processes: -1.00 s per million (not positive)',
+        '4 processes are no faster per million samples than 1']
+    assert bench.fit_problems({2: line(20.0, 0.1), 1: line(18.0, 0.1)}) == [
+        '2 processes are no faster per million samples than 1']
+    # the toy run's report says which it is
+    assert run['saved']['index_fit_problems'] == bench.fit_problems(
+        {int(k): v for k, v in run['saved']['index_per_million'].items()})
+
+
 def test_ratios_are_medians_of_per_round_ratios():
     rows = bench.summarise_readers({'folder': [2.0, 1.0, 4.0], 'shards': [1.0, 1.0, 1.0]}, samples=100)
     assert rows['shards']['vs_folder'] == 2.0  # rounds: 2, 1, 4 -> median 2 (the ratio of medians is 2 too)

@@ -139,3 +139,24 @@ def test_decode_errors_survive_pickling_through_workers():
     again = pickle.loads(pickle.dumps(err))
     assert (again.path, again.reason, again.detail, str(again)) == (err.path, err.reason, err.detail, str(err))
     assert type(err)(str(err)).args == err.args  # how torch re-raises a worker's exception
+
+
+def test_a_bad_file_gets_the_advice_of_its_dataset(tmp_path):
+    """A file that is no image, named by a list file and found in a folder: the list's advice names the list
+    file, the folder's says to delete or replace it."""
+    from vit_plugin.datasets.checked import CustomDataset
+    for name in ('a', 'b'):
+        (tmp_path / 'train' / name).mkdir(parents=True)
+    (tmp_path / 'train' / 'a' / 'good.png').write_bytes(encode(Image.fromarray(photo(8, 8)), 'PNG'))
+    (tmp_path / 'train' / 'b' / 'bad.png').write_bytes(b'<html>no image</html>')
+    (tmp_path / 'train.txt').write_text('a/good.png 0\nb/bad.png 1\n')
+    pipeline = [dict(type='vit_plugin.LoadImageFromFile'), dict(type='PackInputs')]
+    listed = CustomDataset(data_root=str(tmp_path), ann_file='train.txt', data_prefix='train', pipeline=pipeline)
+    with pytest.raises(ImageDecodeError) as err:
+        listed[1]
+    assert f"remove its line from {tmp_path / 'train.txt'}" in str(err.value)
+    folder = CustomDataset(data_root=str(tmp_path), data_prefix='train', pipeline=pipeline)
+    bad = [i for i in range(len(folder)) if folder.get_data_info(i)['img_path'].endswith('bad.png')][0]
+    with pytest.raises(ImageDecodeError) as err:
+        folder[bad]
+    assert 'replace it with the image, or delete it' in str(err.value) and 'list' not in str(err.value)

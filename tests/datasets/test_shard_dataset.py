@@ -150,3 +150,44 @@ def test_a_shard_damaged_mid_run_is_named_or_counted(tmp_path, samples):
 def test_a_pipeline_that_reads_files_is_refused(shards):
     with pytest.raises(ValueError, match="LoadImageFromFile, which reads files; use dict\\(type='vit_plugin"):
         build(shards, [dict(type='LoadImageFromFile'), dict(type='PackInputs')])
+
+
+def test_a_bad_image_gets_the_advice_of_its_source(tmp_path, samples):
+    """Bytes that are no image, as a sample of a shard and as an image of a tar of tars: the error names the
+    shard and the member, says to fix the shard (or that the archive cannot be edited) or to skip, and never
+    speaks of a list; the list-file and folder datasets' advice is tested in test_decode.py."""
+    from vit_plugin.datasets.decode import ImageDecodeError
+    bad = list(samples[:6])
+    bad[2] = bad[2]._replace(jpg=b'<html>no image</html>')
+    folder = str(tmp_path / 'wds')
+    write_wds(folder, bad, (6,), info=False)
+    with pytest.raises(ImageDecodeError) as err:
+        build(folder, split=None)[2]
+    text = str(err.value)
+    assert text.startswith(f'{folder}/imagenet22k-train-0000.tar:{bad[2].key}.jpg: not an image (')
+    assert 'write the shard again with this sample replaced or left out' in text and 'SkipBadSamples' in text
+    assert 'list' not in text
+    keys = write_tar_of_tars(str(tmp_path / 'whole.tar'), bad)
+    dataset = build(str(tmp_path), shards='whole.tar', split=None, layout='tar_of_tars', label_space='fall11')
+    row = [k for synset in keys for k in keys[synset]].index(bad[2].key)
+    with pytest.raises(ImageDecodeError) as err:
+        dataset[row]
+    text = str(err.value)
+    assert f'whole.tar:{bad[2].synset}.tar/{bad[2].key}.JPEG: not an image' in text
+    assert 'the archive cannot be edited in place' in text and 'SkipBadSamples' in text and 'list' not in text
+
+
+def test_the_reader_settings_reach_the_index_build_and_the_reads(shards, tmp_path, monkeypatch):
+    """reader=dict(retry_timeout=...) is the retry policy of the remote index build and of every read."""
+    monkeypatch.setenv('VIT_PLUGIN_CACHE', str(tmp_path / 'cache'))
+    from vit_plugin.datasets import tar_index
+    seen = []
+    scan = tar_index._scan_webdataset
+    monkeypatch.setattr(tar_index, '_scan_webdataset', lambda url, rule, retry=None: seen.append(retry) or
+                        scan(url, rule, retry))
+    with serve_folder(shards) as server:
+        dataset = build(server.url, reader=dict(cache_dir=str(tmp_path / 'chunks'), chunk_bytes=1 << 16,
+                                                cache_bytes=1 << 20, retry_timeout=42, backoff_s=0.01))
+        assert int(dataset[0]['data_samples'].gt_label) >= 0
+    assert dataset.reader.retry.timeout_s == 42 and dataset.reader.retry.backoff_s == 0.01
+    assert seen == [dataset.reader.retry] * len(PER_SHARD)

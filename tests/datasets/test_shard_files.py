@@ -4,6 +4,8 @@ Remote reads go to a loopback HTTP server that the module starts (vit_plugin.ben
 and counts requests on; ``hf://`` is tested offline against a Hugging Face cache laid out in a temporary
 folder, and against an endpoint on 127.0.0.1 where nothing listens.
 """
+import contextlib
+import functools
 import gc
 import hashlib
 import io
@@ -17,14 +19,15 @@ import shutil
 import tarfile
 import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from helpers.common import free_port
 from vit_plugin.benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import shard_files
-from vit_plugin.datasets.shard_files import (HubOfflineError, ShardNotFoundError, ShardReadError, ShardReader,
-                                             fingerprint, fingerprints_in_folder, is_remote, join_url, list_folder,
+from vit_plugin.datasets.shard_files import (HubOfflineError, RangesNotSupportedError, ShardNotFoundError,
+                                             ShardReadError, ShardReader, ShardUnavailableError, fingerprint, fingerprints_in_folder, is_remote, join_url, list_folder,
                                              open_for_scan, read_small_file, resolve_hf_url)
 
 CHUNK = 64 << 10  # toy chunks: the shards below span several
@@ -244,6 +247,113 @@ def test_a_remote_shard_shorter_than_its_index_says_is_truncated(shards, srv, tm
         assert err.value.url == url
     finally:
         os.unlink(path)
+
+
+# --- servers without ranges, outages ------------------------------------------------------------------------
+@contextlib.contextmanager
+def stdlib_server(folder):
+    """Python's own ``http.server`` on 127.0.0.1, which ignores ``Range`` (200 and the whole file); yields
+    its URL, the paths of the GET requests it received, and the bytes it sent for each whole answer."""
+    gets, served = [], []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            gets.append(self.path)
+            super().do_GET()
+
+        def copyfile(self, source, outputfile):
+            sent = 0
+            try:
+                for block in iter(lambda: source.read(16 << 10), b''):
+                    outputfile.write(block)
+                    sent += len(block)
+            except OSError:  # the client closed the connection
+                pass
+            served.append(sent)
+
+    httpd = ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(Handler, directory=folder))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True)
+    thread.start()
+    try:
+        yield f'http://127.0.0.1:{httpd.server_address[1]}', gets, served
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def test_a_server_that_ignores_ranges_is_refused_at_the_first_read(shards, tmp_path):
+    """Python's http.server answers a range request with the whole file: the first read raises, naming the URL
+    and what to use instead, after one request (no retry, no chunk-by-chunk whole-file transfers); a scan
+    whose first block is the whole file reads it once, one that needs a second range is refused."""
+    with stdlib_server(shards['root']) as (url, gets, served):
+        shard = url + '/s0.tar'
+        fp = fingerprint(shard)
+        with remote_reader(tmp_path) as reader, pytest.raises(RangesNotSupportedError) as err:
+            reader.read(shard, 5000, 100, fp)
+        assert err.value.url == shard and gets == ['/s0.tar']
+        assert 'Range support' in str(err.value) and 'download them and point data_root' in str(err.value)
+        size = len(shards['data']['s0.tar'])
+        deadline = time.monotonic() + 5
+        while len(served) < 1 and time.monotonic() < deadline:  # the server's thread ends its answer
+            time.sleep(0.01)
+        served.clear()
+        with open_for_scan(shard) as f:  # one 16 MiB block: the whole file, asked for and read once
+            assert [(m.offset_data, m.size) for m in tarfile.open(fileobj=f, mode='r:')] == shards['members']['s0.tar']
+        assert served == [size]  # one GET (and the HEAD of its size)
+        with pytest.raises(RangesNotSupportedError), open_for_scan(shard, block_bytes=4096) as f:
+            list(tarfile.open(fileobj=f, mode='r:'))
+
+
+def test_a_server_with_ranges_serves_each_byte_of_a_shard_once(shards, srv, tmp_path):
+    url = srv.url + '/s1.tar'
+    fp = fingerprint(url)
+    srv.reset_counts()
+    with remote_reader(tmp_path) as reader:
+        for off, n in shards['members']['s1.tar']:
+            reader.read(url, off, n, fp)
+    assert srv.bytes_sent == len(shards['data']['s1.tar'])
+    assert all(r.range is not None for r in srv.log)
+
+
+def test_an_outage_past_the_old_tries_is_ridden_out_with_one_log_line_per_wait(shards, srv, tmp_path, monkeypatch):
+    """The server is down (connections dropped), then answers 503, for 1.5 s. At a tenth of the default
+    back-off (0.05 s, doubling), 4 tries end after 0.35 s of waiting, and a retry_timeout of 0.3 s ends it
+    too; a retry_timeout of 5 s rides it out, and the reader logs once per wait however many samples it
+    reads."""
+    logged = []
+    monkeypatch.setattr(shard_files, 'print_log', lambda message, **kwargs: logged.append(message))
+    url, members = srv.url + '/s0.tar', shards['members']['s0.tar']
+    fp = fingerprint(url)
+    quick = dict(backoff_s=0.05, max_backoff_s=0.4, readahead_chunks=0)
+    for name, settings in (('tries', dict(retries=3)), ('timeout', dict(retry_timeout=0.3))):
+        srv.outage(1.5, 'drop')
+        with remote_reader(tmp_path / name, **quick, **settings) as reader, pytest.raises(ShardUnavailableError):
+            reader.read(url, 0, 100, fp)
+    srv.outage(1.5, 503)
+    srv.reset_counts()
+    logged.clear()
+    start = time.monotonic()
+    with remote_reader(tmp_path / 'ridden', retry_timeout=5, **quick) as reader:
+        got = [reader.read(url, off, n, fp) for off, n in members]
+    assert got == [shards['data']['s0.tar'][o:o + n] for o, n in members]
+    assert time.monotonic() - start >= 1.4
+    assert len(logged) == srv.requests - math.ceil(len(shards['data']['s0.tar']) / CHUNK) > 2
+    assert all(url in line and 'retry_timeout=5' in line for line in logged)
+
+
+@pytest.mark.parametrize('status', [401, 403, 404, 410])
+def test_errors_that_cannot_heal_fail_at_once(shards, srv, tmp_path, status):
+    url = srv.url + '/s0.tar'
+    fp = fingerprint(url)
+    srv.reset_counts()
+    srv.inject_faults([status])
+    with remote_reader(tmp_path, backoff_s=30) as reader, pytest.raises(ShardReadError) as err:
+        reader.read(url, 0, 100, fp)
+    assert srv.requests == 1 and err.value.url == url and not isinstance(err.value, ShardUnavailableError)
 
 
 def test_listing_a_remote_folder_finds_the_shards_and_the_compressed_tars(srv):

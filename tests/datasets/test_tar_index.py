@@ -1,12 +1,19 @@
 """The tar-shard index: timm's WebDataset shards and image-net.org's tar of tars, indexed without
 extracting, checked against the bytes and labels the tests wrote; bad input named before training."""
+import bz2
+import gc
 import gzip
 import json
+import lzma
 import multiprocessing
 import os
 import os.path as osp
+import re
+import shutil
 import signal
+import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 
@@ -130,6 +137,20 @@ def test_every_core_builds_the_same_index(wds):
         assert np.array_equal(getattr(serial, name), getattr(parallel, name)), name
 
 
+def test_a_parallel_build_freezes_the_heap_only_while_it_runs(wds):
+    """The forked workers share the parent's heap pages while the build runs (gc.freeze); the heap is
+    unfrozen when the build ends, and when its consumer stops early."""
+    tasks, _ = tar_index._tasks(resolve_shards(wds, None, 'train'), 'webdataset', LabelRule())
+    assert len(tasks) == 3 and gc.get_freeze_count() == 0
+    assert all(gc.get_freeze_count() > 0 for _ in tar_index._scans(tasks, workers=2))
+    assert gc.get_freeze_count() == 0
+    scans = tar_index._scans(tasks, workers=2)
+    next(scans)
+    assert gc.get_freeze_count() > 0
+    scans.close()
+    assert gc.get_freeze_count() == 0
+
+
 def _fail_first_then_work(task):
     if task[0] == 0:
         raise TarIndexError('shard 0: damaged')
@@ -207,12 +228,81 @@ def test_a_damaged_shard_is_named_before_training(wds, damage):
     assert not osp.exists(osp.join(wds, '.vit_plugin_index')) or not os.listdir(osp.join(wds, '.vit_plugin_index'))
 
 
-def test_a_compressed_tar_name_says_to_decompress(tmp_path):
-    (tmp_path / 'winter21_whole.tar.gz').write_bytes(gzip.compress(b'x' * 1024))
-    with pytest.raises(TarIndexError, match='gz-compressed.*decompress it first'):
-        resolve_shards(str(tmp_path), 'winter21_whole.tar.gz')
-    with pytest.raises(TarIndexError, match='compressed tars.*decompress them first'):
-        resolve_shards(str(tmp_path), None, None)
+def suggested_commands(message):
+    """The shell commands an error message gives (between backquotes)."""
+    return re.findall(r'`([^`]+)`', message)
+
+
+def run_commands(message, cwd):
+    commands = suggested_commands(message)
+    assert commands, message
+    for command in commands:
+        subprocess.run(['bash', '-c', command], cwd=cwd, check=True, capture_output=True)
+
+
+COMPRESSORS = {'gzip': ('.tar.gz', gzip.compress), 'bzip2': ('.tar.bz2', bz2.compress),
+               'xz': ('.tar.xz', lzma.compress), 'zstd': ('.tar.zst', None)}
+
+
+def compress(tool, data, path):
+    if COMPRESSORS[tool][1] is not None:
+        open(path, 'wb').write(COMPRESSORS[tool][1](data))
+    else:
+        subprocess.run([tool, '-q', '-f', '-o', path], input=data, check=True)
+
+
+@pytest.mark.parametrize('tool', sorted(COMPRESSORS))
+def test_a_compressed_shard_names_a_command_that_gives_the_tar(wds, tool):
+    """Named as a compressed tar, or a .tar holding compressed bytes: the command in the error runs on the
+    error's own file and leaves the .tar that then indexes."""
+    if shutil.which(tool) is None:
+        pytest.skip(f'{tool} is not installed')
+    good = open_index(wds).labels.tolist()
+    name = 'imagenet22k-train-0001.tar'
+    path = osp.join(wds, name)
+    data = open(path, 'rb').read()
+    suffix = COMPRESSORS[tool][0]
+    packed = path[:-len('.tar')] + suffix
+    compress(tool, data, packed)
+    os.remove(path)
+    with pytest.raises(TarIndexError, match='decompress it first') as err:
+        resolve_shards(wds, ['imagenet22k-train-0000.tar', name[:-len('.tar')] + suffix, 'imagenet22k-train-0002.tar'])
+    run_commands(str(err.value), tempfile.mkdtemp(dir=wds))
+    assert open(path, 'rb').read() == data and open_index(wds).labels.tolist() == good
+    compress(tool, data, path)  # compressed bytes under the .tar name
+    with pytest.raises(TarIndexError, match=f'{tool}-compressed data under a .tar name') as err:
+        open_index(wds)
+    run_commands(str(err.value), tempfile.mkdtemp(dir=wds))
+    assert open(path, 'rb').read() == data and open_index(wds).labels.tolist() == good
+
+
+def test_a_folder_of_compressed_tars_names_a_command(tmp_path, samples):
+    folder = str(tmp_path / 'packed')
+    names = write_wds(folder, samples[:6], (6,), info=False)
+    path = osp.join(folder, names[0])
+    data = open(path, 'rb').read()
+    open(path + '.gz', 'wb').write(gzip.compress(data))
+    os.remove(path)
+    with pytest.raises(TarIndexError, match='compressed tars.*decompress them first') as err:
+        resolve_shards(folder, None, None)
+    run_commands(str(err.value), str(tmp_path))
+    assert open(path, 'rb').read() == data and len(open_index(folder, split=None)) == 6
+
+
+def test_every_bad_shard_is_reported_in_one_error(wds, monkeypatch):
+    """Two damaged shards of three, with one process and with two: both named, each with its fault."""
+    _truncate_mid_member(wds)
+    _gzip_content(wds)
+    for workers in (1, 2):
+        with pytest.raises(TarIndexError) as err:
+            TarShardIndex.open(resolve_shards(wds, 'imagenet22k-train-{0000..0002}.tar', 'train'), workers=workers)
+        text = str(err.value)
+        assert '2 bad shards' in text, text
+        assert 'imagenet22k-train-0001.tar: truncated' in text and 'imagenet22k-train-0002.tar holds gzip' in text
+    monkeypatch.setattr(tar_index, 'MAX_LISTED', 1)
+    with pytest.raises(TarIndexError, match='and 1 more') as err:
+        open_index(wds, shards='imagenet22k-train-{0000..0002}.tar')
+    assert 'imagenet22k-train-0002.tar' not in str(err.value)  # listed in order, up to the limit
 
 
 @pytest.mark.parametrize('members, rule, expect', [

@@ -1,6 +1,7 @@
 """vit_plugin.LoadAndInceptionCrop: crop statistics, pixels against the reference decode, the packed
 output, the registry and the configs, and one box draw per image on broken and unusual files (the boxes
 and pixels of a seeded sequence equal mmpretrain's ``RandomResizedCrop``, a header mismatch included)."""
+import logging
 import math
 import os.path as osp
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.logging import MMLogger
 from mmengine.dataset import Compose
 from mmengine.registry import init_default_scope
 from mmpretrain.datasets.transforms import RandomResizedCrop
@@ -294,6 +296,29 @@ def test_registry_builds_from_a_config_dict():
 def test_invalid_arguments_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LoadAndInceptionCrop(**{'scale': 224, **kwargs})
+
+
+def test_file_client_args_load_through_backend_args_without_a_deprecation_warning(files):
+    """A pipeline written with mmcv's older ``file_client_args`` reads the same pixels through
+    ``fileio.get``, and mmengine logs none of its ``FileClient`` / ``HardDiskBackend`` warnings."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        loader = TRANSFORMS.build(dict(type='vit_plugin.LoadImageFromFile', file_client_args=dict(backend='disk')))
+        img = loader(dict(img_path=files['plain.jpg']))['img']
+    finally:
+        logger.removeHandler(handler)
+    assert loader.backend_args == dict(backend='local')
+    assert np.array_equal(img, transforms.LoadImageFromFile()(dict(img_path=files['plain.jpg']))['img'])
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+    assert transforms.backend_args_of(dict(prefix='s3', path_mapping={'a': 'b'})) == dict(
+        backend='petrel', path_mapping={'a': 'b'})
+    assert transforms.backend_args_of(dict(prefix='http')) == dict(backend='http')
+    with pytest.raises(ValueError, match='not both'):
+        transforms.LoadImageFromFile(file_client_args=dict(backend='disk'), backend_args=dict(backend='local'))
 
 
 def test_unreadable_file_names_the_path(tmp_path):

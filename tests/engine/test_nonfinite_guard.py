@@ -1,6 +1,6 @@
 """The non-finite guard: a NaN/inf step changes nothing, a streak stops the run, resume continues.
 
-The in-process tests drive mmengine's ``OptimWrapper`` directly; the run tests go through
+The in-process tests drive the guarded optimizer wrappers directly; the run tests go through
 ``tools/train.py`` / ``tools/dist_train.sh`` on a 2-block ViT, with NaN injected into the loss by
 ``tests/helpers/nan_injection.py``.
 """
@@ -16,16 +16,15 @@ import torch
 from mmengine.optim import OptimWrapper
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from vit_plugin.engine.hooks import NonFiniteGuard, NonFiniteGuardHook
+from vit_plugin.engine.hooks import NonFiniteGuardHook
+from vit_plugin.engine.optimizers import GuardedOptimWrapper
 
 
 def _wrapper(accumulative_counts=1, guard=True, fused=False):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 1))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, fused=fused)
-    wrapper = OptimWrapper(optim, accumulative_counts=accumulative_counts)
-    if guard:
-        NonFiniteGuard(wrapper)
+    wrapper = (GuardedOptimWrapper if guard else OptimWrapper)(optim, accumulative_counts=accumulative_counts)
     return model, wrapper
 
 
@@ -58,11 +57,11 @@ def test_bad_update_leaves_parameters_and_adamw_state_bit_identical(bad, fused):
     _update(model, wrapper)  # the optimizer state exists from here on
     before = _state(model, wrapper)
     _update(model, wrapper, **bad)
-    assert wrapper._nonfinite_guard.pop() is True
+    assert wrapper.pop_skipped() is True
     _assert_identical(before, _state(model, wrapper))
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # zeroed as usual
     _update(model, wrapper)  # training goes on: the next good update applies
-    assert wrapper._nonfinite_guard.pop() is False
+    assert wrapper.pop_skipped() is False
     after = _state(model, wrapper)
     assert not torch.equal(after['s.0.step'], before['s.0.step'])
     assert all(torch.isfinite(v).all() for v in after.values())
@@ -82,16 +81,16 @@ def test_gradient_accumulation_skips_the_whole_update():
     wrapper.initialize_count_status(model, 0, 100)
     _update(model, wrapper)
     _update(model, wrapper)
-    assert wrapper._nonfinite_guard.pop() is False
+    assert wrapper.pop_skipped() is False
     before = _state(model, wrapper)
     _update(model, wrapper, scale=float('nan'))
-    assert wrapper._nonfinite_guard.pop() is None  # no update at a first micro-batch
+    assert wrapper.pop_skipped() is None  # no update at a first micro-batch
     _update(model, wrapper)
-    assert wrapper._nonfinite_guard.pop() is True
+    assert wrapper.pop_skipped() is True
     _assert_identical(before, _state(model, wrapper))
     _update(model, wrapper)
     _update(model, wrapper)  # the flag does not leak into the next update
-    assert wrapper._nonfinite_guard.pop() is False
+    assert wrapper.pop_skipped() is False
 
 
 def test_bad_setting_names_the_key():
@@ -106,7 +105,7 @@ def test_fused_optimizer_step_reads_nothing_on_the_host(monkeypatch):
     # reading a tensor on the host fails here, and the bad update is still dropped.
     model, wrapper = _wrapper(fused=True)
     _update(model, wrapper)
-    wrapper._nonfinite_guard.take()
+    wrapper.take_verdict()
     before = _state(model, wrapper)
 
     def host_read(*args, **kwargs):
@@ -116,9 +115,135 @@ def test_fused_optimizer_step_reads_nothing_on_the_host(monkeypatch):
         for name in ('item', 'tolist', '__bool__', '__float__', '__int__'):
             patch.setattr(torch.Tensor, name, host_read)
         _update(model, wrapper, scale=float('nan'))
-        verdict = wrapper._nonfinite_guard.take()
+        verdict = wrapper.take_verdict()
     assert verdict.tolist() == [1.0, 1.0]  # [loss not finite, gradients not finite]
     _assert_identical(before, _state(model, wrapper))
+
+
+# ---- The guard is the wrapper's type: plain, AMP and XLA, nothing replaced on the instance -------------
+
+GUARDED_WRAPPERS = {
+    'plain': dict(type='vit_plugin.GuardedOptimWrapper'),
+    'amp-bf16': dict(type='vit_plugin.GuardedCPUAmpOptimWrapper'),
+    'amp-fp16-scaler': dict(type='vit_plugin.GuardedAutocastOptimWrapper', dtype='float16', device_type='cpu',
+                            loss_scale=dict(init_scale=256.)),
+    # mmengine's AmpOptimWrapper with a fixed scale (which the scaler's update restores after a skip).
+    'mmengine-amp-fixed-scale': dict(type='vit_plugin.GuardedAmpOptimWrapper', loss_scale=256.),
+}
+
+
+def _nonfinite_update(model, wrapper, bad=None):
+    """One update of ``wrapper``; ``bad``: ``'nan-loss'``, or ``'inf-gradient'`` (the loss stays finite)."""
+    with wrapper.optim_context(model):
+        loss = model(torch.randn(16, 4)).float().pow(2).mean()
+    if bad == 'nan-loss':
+        loss = loss * float('nan')
+    handle = model[0].weight.register_hook(lambda g: torch.full_like(g, float('inf'))) \
+        if bad == 'inf-gradient' else None
+    wrapper.update_params(loss)
+    if handle is not None:
+        handle.remove()
+    return {'loss': loss.detach()}
+
+
+@pytest.mark.parametrize('bad,verdict', [('nan-loss', [1.0, 1.0]), ('inf-gradient', [0.0, 1.0])],
+                         ids=['nan-loss', 'inf-gradient'])
+@pytest.mark.parametrize('kind', list(GUARDED_WRAPPERS))
+def test_guarded_wrapper_type_skips_a_nonfinite_update_with_no_method_patched(kind, bad, verdict, monkeypatch):
+    from functools import partial
+    from types import SimpleNamespace
+
+    import mmengine.optim.optimizer.amp_optimizer_wrapper as mmengine_amp
+    from mmengine.logging import MessageHub
+    from mmengine.optim import build_optim_wrapper
+
+    import vit_plugin  # noqa: F401  (registers vit_plugin.*)
+    # mmengine's AmpOptimWrapper refuses to build without a GPU; its loss scaler works on the CPU.
+    monkeypatch.setattr(mmengine_amp, 'is_cuda_available', lambda: True)
+    monkeypatch.setattr(mmengine_amp, 'GradScaler', partial(torch.amp.GradScaler, device='cpu'))
+    model, _ = _wrapper(guard=False)
+    wrapper = build_optim_wrapper(model, dict(GUARDED_WRAPPERS[kind],
+                                              optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.1)))
+    _nonfinite_update(model, wrapper)
+    assert wrapper.take_verdict().tolist() == [0.0, 0.0]
+    before = _state(model, wrapper)
+    scale = wrapper.loss_scaler.get_scale() if wrapper.loss_scaler is not None else None
+    _nonfinite_update(model, wrapper, bad)
+    assert wrapper.take_verdict().tolist() == verdict  # [loss not finite, gradients not finite]
+    _assert_identical(before, _state(model, wrapper))
+    if scale is not None:  # the scaler lowers a dynamic scale, as for every overflow
+        assert wrapper.loss_scaler.get_scale() == (scale if kind == 'mmengine-amp-fixed-scale' else scale / 2)
+    # The check is the class's own backward/step: nothing was put on the instance.
+    assert 'step' not in vars(wrapper) and 'backward' not in vars(wrapper)
+
+    # The hook finds the wrapper by its type and counts: two skipped in a row, then a good update.
+    hook = NonFiniteGuardHook(max_consecutive=3, check_interval=3)
+    runner = SimpleNamespace(optim_wrapper=wrapper, iter=0, max_iters=10, work_dir='.',
+                             message_hub=MessageHub.get_instance(f'guard_types_{kind}_{bad}'))
+    hook.before_train(runner)
+    for runner.iter, step_bad in enumerate([bad, bad, None]):
+        hook.after_train_iter(runner, runner.iter, outputs=_nonfinite_update(model, wrapper, step_bad))
+    assert hook.skipped_total == 2 and hook.consecutive == 0
+    assert runner.message_hub.get_scalar('train/skipped_steps').current() == 2
+    after = _state(model, wrapper)
+    assert not torch.equal(after['s.0.step'], before['s.0.step'])  # the good update applied
+    assert all(torch.isfinite(v).all() for v in after.values())
+
+
+def test_hook_warns_about_an_unguarded_wrapper():
+    # A run built without vit_plugin's runner from a config that names a plain wrapper is not guarded:
+    # the hook says so, and what to name.
+    import logging
+    from types import SimpleNamespace
+
+    from mmengine.logging import MMLogger
+    class Records(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    _, wrapper = _wrapper(guard=False)
+    records, handler = [], Records(logging.WARNING)
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        NonFiniteGuardHook().before_train(SimpleNamespace(optim_wrapper=wrapper))
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == 1 and "OptimWrapper does not skip non-finite updates; name the guarded type in the " \
+        "config (e.g. optim_wrapper.type='vit_plugin.GuardedOptimWrapper')" in records[0].getMessage()
+
+
+def test_guarded_optim_wrapper_cfg_follows_the_hook():
+    from vit_plugin.engine.optimizers import guarded_optim_wrapper_cfg, use_mixed_precision
+    from vit_plugin.xla.strategy import xla_optim_wrapper_cfg
+    adamw = dict(type='AdamW', lr=1e-3)
+    hook = dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10)
+    plain = dict(type='OptimWrapper', optimizer=adamw, clip_grad=dict(max_norm=1.0))
+    guarded = guarded_optim_wrapper_cfg(plain, hook)
+    assert guarded == dict(plain, type='vit_plugin.GuardedOptimWrapper') and plain['type'] == 'OptimWrapper'
+    assert guarded_optim_wrapper_cfg(dict(optimizer=adamw), hook)['type'] == 'vit_plugin.GuardedOptimWrapper'
+    assert guarded_optim_wrapper_cfg(dict(type='AmpOptimWrapper', optimizer=adamw), hook)['type'] == \
+        'vit_plugin.GuardedAmpOptimWrapper'
+    assert guarded_optim_wrapper_cfg(plain, None) == plain  # no hook: the config decides
+    # enabled=False (the documented off switch) builds the unguarded type, whatever the config names.
+    assert guarded_optim_wrapper_cfg(dict(guarded, check_grad_norm=True), dict(hook, enabled=False)) == plain
+    # The hook's check_grad_norm reaches the wrapper; a wrapper that says otherwise is refused.
+    assert guarded_optim_wrapper_cfg(plain, dict(hook, check_grad_norm=False))['check_grad_norm'] is False
+    with pytest.raises(ValueError, match='optim_wrapper.check_grad_norm=True and default_hooks.nonfinite_guard'):
+        guarded_optim_wrapper_cfg(dict(guarded, check_grad_norm=True), dict(hook, check_grad_norm=False))
+    # One wrapper per module (MultiOptimWrapperConstructor); unknown types are left alone.
+    multi = guarded_optim_wrapper_cfg(dict(constructor='MultiOptimWrapperConstructor', a=dict(optimizer=adamw),
+                                           b=dict(type='my.OwnWrapper', optimizer=adamw)), hook)
+    assert multi['a']['type'] == 'vit_plugin.GuardedOptimWrapper' and multi['b']['type'] == 'my.OwnWrapper'
+    # --amp and the XLA conversion keep the guard as the config chose it.
+    assert use_mixed_precision(dict(guarded), 'bf16', 'cpu')['type'] == 'vit_plugin.GuardedCPUAmpOptimWrapper'
+    assert use_mixed_precision(dict(guarded), 'fp16', 'cuda')['type'] == 'vit_plugin.GuardedAutocastOptimWrapper'
+    assert use_mixed_precision(dict(plain), 'bf16', 'cpu')['type'] == 'vit_plugin.CPUAmpOptimWrapper'
+    xla_amp = xla_optim_wrapper_cfg(use_mixed_precision(dict(guarded), 'bf16', 'xla'))
+    assert xla_amp == dict(type='vit_plugin.XLAOptimWrapper', optimizer=adamw, clip_grad=dict(max_norm=1.0),
+                           dtype='bfloat16', nonfinite_guard=True)
+    assert 'nonfinite_guard' not in xla_optim_wrapper_cfg(plain)
+    assert guarded_optim_wrapper_cfg(xla_optim_wrapper_cfg(plain), hook)['nonfinite_guard'] is True
 
 
 # ---- fp16 loss scaling: the scaler's skips are the guard's too -------------------------------------
@@ -177,7 +302,7 @@ def _fp16_runner(work_dir, inject, *, fused, guard, loss_scale=None, max_iters=1
 
     torch.manual_seed(0)
     data = [dict(inputs=torch.randn(4), targets=torch.randn(())) for _ in range(8)]
-    wrapper = dict(type='vit_plugin.AutocastOptimWrapper', dtype='float16', device_type='cpu',
+    wrapper = dict(type='vit_plugin.GuardedAutocastOptimWrapper', dtype='float16', device_type='cpu',
                    optimizer=dict(type='AdamW', lr=0.01, fused=fused))
     if loss_scale is not None:
         wrapper['loss_scale'] = loss_scale
@@ -375,8 +500,7 @@ def test_xla_guard_selects_the_old_state_on_the_device():
     device = runtime.device()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)).to(device)
-    wrapper = XLAOptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1))
-    wrapper.install_nonfinite_guard()
+    wrapper = XLAOptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1), nonfinite_guard=True)
 
     def step(scale):
         x = torch.randn(16, 4).to(device)
@@ -410,6 +534,45 @@ def test_xla_guard_selects_the_old_state_on_the_device():
 
 
 @pytest.mark.xla
+def test_xla_guarded_type_skips_an_inf_gradient_with_no_method_patched():
+    # The config's guarded type becomes the XLA wrapper with its guard on; a finite loss with an inf
+    # gradient changes nothing, and is counted on the device.
+    import torch_xla  # noqa: F401  (pinned: fails here instead of skipping)
+    from mmengine.optim import build_optim_wrapper
+
+    from vit_plugin.xla import XLAOptimWrapper, runtime, xla_optim_wrapper_cfg
+
+    device = runtime.device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 1)).to(device)
+    cfg = xla_optim_wrapper_cfg(dict(type='vit_plugin.GuardedOptimWrapper', optimizer=dict(type='AdamW', lr=1e-2)))
+    wrapper = build_optim_wrapper(model, cfg)
+    assert isinstance(wrapper, XLAOptimWrapper) and wrapper.nonfinite_guard
+
+    def step(inf_gradient=False):
+        handle = model[0].weight.register_hook(lambda g: torch.full_like(g, float('inf'))) if inf_gradient else None
+        wrapper.update_params(model(torch.randn(16, 4).to(device)).pow(2).mean())
+        if handle is not None:
+            handle.remove()
+        runtime.sync()
+        return runtime.to_cpu(wrapper.pop_scalars())
+
+    def state():
+        cpu = runtime.to_cpu(([p.detach() for p in model.parameters()], wrapper.optimizer.state_dict()['state']))
+        return {**{f'p.{i}': v for i, v in enumerate(cpu[0])},
+                **{f's.{i}.{k}': v for i, entry in cpu[1].items() for k, v in entry.items()}}
+
+    step()
+    before = state()
+    scalars = step(inf_gradient=True)
+    _assert_identical(before, state())
+    assert scalars['nonfinite_skipped'] == 1 and scalars['nonfinite_max_streak'] == 1
+    assert 'step' not in vars(wrapper) and 'backward' not in vars(wrapper)
+    assert step()['nonfinite_skipped'] == 1
+    assert not torch.equal(state()['s.0.step'], before['s.0.step'])
+
+
+@pytest.mark.xla
 def test_xla_run_skips_lazily_and_stops_at_the_logging_interval(tmp_path):
     # NaN at iteration 2 (skipped), then at 7, 8, 9: the streak reaches 3 at iteration 9, which
     # the host learns when the losses of iterations 7-9 arrive (logger interval 3).
@@ -436,3 +599,4 @@ def test_guard_is_on_by_default(config):
     cfg = Config.fromfile(osp.join(REPO, 'configs', config))
     hook = cfg.default_hooks['nonfinite_guard']
     assert hook['type'] == 'vit_plugin.NonFiniteGuardHook' and hook.get('enabled', True)
+    assert cfg.optim_wrapper['type'] == 'vit_plugin.GuardedOptimWrapper'  # the check is the wrapper's type

@@ -306,6 +306,20 @@ def _toy_runner(work_dir, train_cfg, checkpoint, signal_at, validations=None, re
         experiment_name=f'preemption_{osp.basename(str(work_dir))}_{signal_at}_{resume is not None}', **val)
 
 
+def test_the_worker_shield_holds_from_the_hooks_construction_to_its_release():
+    """Data-loader workers are forked before ``before_run`` (iteration loops): the shield and its at-fork
+    hook come with the hook's construction, and go when the run gives the signals back."""
+    from vit_plugin import runtime
+    from vit_plugin.engine.preemption import PreemptionHook
+    assert runtime.shielded_signals() == []
+    hook = PreemptionHook(signals=['SIGUSR1'])
+    assert runtime.shielded_signals() == [signal.SIGUSR1]
+    assert 'vit_plugin.runtime.signals:shield_forked_workers' in runtime.fork_hooks()
+    hook.release()
+    assert runtime.shielded_signals() == []
+    assert 'vit_plugin.runtime.signals:shield_forked_workers' not in runtime.fork_hooks()
+
+
 def test_a_run_that_fails_gives_the_signals_back(tmp_path):
     # A run that ends in an exception has no after_run; vit_plugin's runner restores the handlers itself,
     # so the process (a notebook, a test worker) keeps its own SIGTERM: a forked pool can still end.

@@ -193,7 +193,7 @@ def test_a_global_batch_is_applied_once_and_only_for_its_process_count(monkeypat
     cfg.merge_from_dict(dict(launcher='mpi', train_dataloader=dict(batch_size=16)))
     prepare_run(prepare_run(cfg, device='cpu'), device='cpu')  # 512 = 16 x 8 processes x 4
     assert cfg.optim_wrapper.accumulative_counts == 4 and cfg.train_cfg.max_iters == 4 * 20000
-    assert cfg.global_batch_applied == dict(world_size=8, accumulative_counts=4)
+    assert cfg.run_plan == dict(world_size=8, accumulative_counts=4)
     monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '4')
     with pytest.raises(RunSetupError, match='prepared for another number of processes than 4'):
         prepare_run(cfg, device='cpu')
@@ -226,7 +226,7 @@ FLAG_KEYS = [
     (['--resume'], ['resume=True', 'load_from=None']),
     (['--resume', 'ckpt.pth'], ['resume=True', 'load_from=ckpt.pth']),
     (['--fsdp'], ['runner_type=vit_plugin.FlexibleRunner', 'strategy.type=vit_plugin.FSDP2Strategy']),
-    (['--amp', 'bf16'], ['optim_wrapper.type=vit_plugin.CPUAmpOptimWrapper', 'optim_wrapper.dtype=bfloat16']),
+    (['--amp', 'bf16'], ['optim_wrapper.type=vit_plugin.GuardedCPUAmpOptimWrapper', 'optim_wrapper.dtype=bfloat16']),
     (['--launcher', 'pytorch'], ['launcher=pytorch']),
 ]
 

@@ -21,7 +21,7 @@ from helpers.official_npz import official_arrays, save_npz  # noqa: E402
 from vit_plugin.apis.convert_checkpoint import main as convert_main  # noqa: E402
 from vit_plugin.checkpoint.records import MODE_KEY, encode_resize_mode  # noqa: E402
 from vit_plugin.engine.hooks import pos_embed_hooks  # noqa: E402
-from vit_plugin.models import ViT, load_adapt  # noqa: E402
+from vit_plugin.models import ViT, load_adapt, numerics  # noqa: E402
 from vit_plugin.models.patch_resize import resize_patch_embed  # noqa: E402
 from vit_plugin.models.pos_embed import resize_pos_embed  # noqa: E402
 
@@ -48,9 +48,9 @@ class TinyImages(Dataset):
 
 @pytest.fixture
 def resize_logs(monkeypatch):
-    """Every message the resizing code (backbone pre-hook and runner hook) logs."""
+    """Every message the loading code (backbone pre-hooks and runner hook) logs."""
     lines = []
-    for module in (load_adapt, pos_embed_hooks):
+    for module in (load_adapt, numerics, pos_embed_hooks):
         def record(msg, *args, _original=module.print_log, **kwargs):
             lines.append(msg)
             return _original(msg, *args, **kwargs)
@@ -184,7 +184,8 @@ def official_files(tmp_path_factory):
 def test_readme_finetuning_recipe_for_official_weights(tmp_path, official_files, resize_logs, source):
     """'A new experiment is a few lines': the README's snippet, as written (prefix=None), fine-tunes
     from an official .npz or its conversion: the backbone gets the official weights, resized as the
-    official loader does, with the GELU they were trained with; the new head starts at zero."""
+    official loader does; the config declares the official numerics (tanh GELU, inputs in [-1, 1]), so
+    loading changes none of them (nothing logged); the new head starts at zero."""
     import os.path as osp
 
     from mmengine.config import Config
@@ -203,7 +204,9 @@ def test_readme_finetuning_recipe_for_official_weights(tmp_path, official_files,
     cfg.model.head.in_channels = TINY['embed_dims']
     init_default_scope('mmpretrain')
     model = MODELS.build(cfg.model)
-    assert {m.approximate for m in model.backbone.modules() if isinstance(m, torch.nn.GELU)} == {'none'}
+    assert {m.approximate for m in model.backbone.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}
+    declared = model.backbone.expected_input_norm
+    assert declared == ((127.5, ) * 3, (127.5, ) * 3)
     model.init_weights()
 
     backbone = model.backbone
@@ -214,6 +217,9 @@ def test_readme_finetuning_recipe_for_official_weights(tmp_path, official_files,
     assert torch.equal(backbone.blocks[1].mlp.fc1.weight.detach(), torch.from_numpy(kernel.T.copy()))
     assert torch.equal(backbone.cls_token.detach().reshape(-1), torch.from_numpy(arrays['cls'].reshape(-1)))
     assert {m.approximate for m in backbone.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}
+    assert {m.eps for m in backbone.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-6}
+    assert backbone.expected_input_norm == declared
+    assert not [line for line in resize_logs if 'checkpoint_numerics' in line or 'input normalisation' in line]
     assert model.head.layers.head.weight.shape == (10, 32) and not model.head.layers.head.weight.any()
     assert sum('loading its "backbone." part' in line for line in resize_logs) == 1
     assert sum(RESIZED in line and 'mode=official' in line for line in resize_logs) == 1
@@ -232,6 +238,60 @@ def test_official_npz_load_from_runs_the_tanh_gelu_and_keeps_it(tmp_path):
     fresh = MODELS.build(_model(32))
     fresh.load_state_dict(saved, strict=True)
     assert {m.approximate for m in fresh.backbone.modules() if isinstance(m, torch.nn.GELU)} == {'tanh'}
+
+
+# ----------------------------------------------------------------------------- numerics records
+def _official_state(official_files):
+    """The tool's conversion of the tiny official .npz (records: tanh GELU, inputs in [-1, 1])."""
+    return torch.load(official_files[1]['converted'], weights_only=False)['state_dict']
+
+
+def _gelus(model):
+    return {m.approximate for m in model.modules() if isinstance(m, torch.nn.GELU)}
+
+
+def test_error_setting_refuses_official_weights_into_a_config_that_pins_other_numerics(official_files):
+    model = ViT(arch=TINY, img_size=32, patch_size=8, checkpoint_numerics='error',
+                expected_input_norm=dict(mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375]))
+    with pytest.raises(ValueError, match=r"checkpoint_numerics='error'") as err:
+        model.load_state_dict(_official_state(official_files))
+    message = str(err.value)
+    assert "gelu_approximate: config 'none', checkpoint 'tanh'" in message and 'expected_input_norm' in message
+    assert "checkpoint_numerics='from_checkpoint'" in message and "'keep'" in message
+    assert _gelus(model) == {'none'}  # refused before anything changed
+    # the same weights into a config that declares their numerics load under 'error' as well
+    official = ViT(arch=TINY, img_size=32, patch_size=8, checkpoint_numerics='error', gelu_approximate='tanh',
+                   expected_input_norm=dict(mean=[127.5] * 3, std=[127.5] * 3))
+    official.load_state_dict(_official_state(official_files))
+    with pytest.raises(ValueError, match='checkpoint_numerics must be one of'):
+        ViT(arch=TINY, checkpoint_numerics='ignore')
+
+
+def test_keep_setting_leaves_the_models_numerics_and_says_so_once(official_files, resize_logs):
+    model = ViT(arch=TINY, img_size=32, patch_size=8, checkpoint_numerics='keep')
+    model.load_state_dict(_official_state(official_files))
+    assert _gelus(model) == {'none'} and model.expected_input_norm is None
+    (line, ) = [line for line in resize_logs if 'checkpoint_numerics' in line]
+    assert "checkpoint_numerics='keep'" in line and "GELU approximate 'none' (checkpoint: 'tanh')" in line
+    saved = model.state_dict()  # what the model runs is what it saves
+    assert 'gelu_approximate' not in saved and 'input_normalization' not in saved
+
+
+def test_from_checkpoint_setting_applies_the_records_with_one_line_naming_the_keyword(official_files,
+                                                                                       resize_logs):
+    model = ViT(arch=TINY, img_size=32, patch_size=8)  # checkpoint_numerics='from_checkpoint', the default
+    model.load_state_dict(_official_state(official_files))
+    assert _gelus(model) == {'tanh'} and model.expected_input_norm == ((127.5, ) * 3, (127.5, ) * 3)
+    (line, ) = [line for line in resize_logs if 'GELU' in line]
+    assert line == ("ViT: GELU approximate 'none' -> 'tanh' from the checkpoint's record (gelu_approximate; "
+                    "checkpoint_numerics='keep' pins the config's gelu_approximate)")
+    # a LayerNorm eps record (transformers' ports: 1e-12) is applied the same way, and saved again
+    state = model.state_dict()
+    state['layer_norm_eps'] = torch.tensor(1e-12, dtype=torch.float64)
+    model.load_state_dict(state)
+    assert {m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-12}
+    assert sum("LayerNorm eps 1e-06 -> 1e-12" in line and 'norm_eps' in line for line in resize_logs) == 1
+    assert float(model.state_dict()['layer_norm_eps']) == 1e-12
 
 
 # ----------------------------------------------------------------------------- load-time adaptation

@@ -397,6 +397,44 @@ def test_attention_maps_are_distributions_matching_the_fused_path():
         torch.testing.assert_close(explicit, model.blocks[0](tokens), rtol=1e-5, atol=1e-6)
 
 
+def test_every_forward_path_runs_the_one_encoder_loop_and_its_block_runner():
+    """forward (one or several out_indices), forward_features, encode and get_attention_maps give exactly
+    the blocks run by hand; a block runner (set_block_runner) serves the passes that need only the last
+    block, and the loop keeps the ones that need other blocks or the attention."""
+    torch.manual_seed(0)
+    kwargs = dict(arch=TINY, img_size=32, patch_size=8, window_size=2, window_block_indices=(1, ), use_rel_pos=True)
+    model = jitter_(ViT(out_type='raw', out_indices=(0, 2), **kwargs)).eval()
+    x = torch.randn(2, 3, 32, 40)  # another grid than the stored one: the table is resized on the fly
+    calls = []
+
+    def by_hand(blocks, tokens, grid):
+        calls.append(len(blocks))
+        for block in blocks:
+            tokens = block(tokens, grid=grid)
+        return tokens
+
+    with torch.no_grad():
+        tokens, grid = model.embed(x)
+        after, seen, attention = [tokens], tokens, []
+        for block in model.blocks:
+            after.append(block(after[-1], grid=grid))
+            seen, weights = block(seen, return_attention=True, grid=grid)  # the explicit softmax path
+            attention.append(weights)
+        final = model.norm(after[-1])
+        for runner in (None, by_hand):
+            model.set_block_runner(runner)
+            first, last = model(x)
+            assert torch.equal(first, after[1]) and torch.equal(last, final)
+            assert torch.equal(model.forward_features(x), final) and torch.equal(model.encode(tokens, grid), final)
+            maps = model.get_attention_maps(x)
+            assert len(maps) == 3 and all(torch.equal(a, b) for a, b in zip(maps, attention))
+        assert calls == [3, 3]  # forward_features and encode; not the taps of out_indices, nor the maps
+        model.out_indices = [2]
+        assert torch.equal(model(x)[0], final) and calls == [3, 3, 3]
+    with pytest.raises(TypeError, match='set_block_runner takes a callable'):
+        model.set_block_runner('scan')
+
+
 def test_official_initialisation():
     torch.manual_seed(0)
     model = ViT(arch=dict(embed_dims=192, num_layers=1, num_heads=3, mlp_dims=768))

@@ -2,7 +2,7 @@
 
 The rules are import-linter contracts in ``.importlinter`` at the repository root (the layers, no
 cycles, the engine without ``xla``, ``compat`` without the rest of the package); each contract is one
-test here, which runs ``lint-imports`` on it. Three rules import-linter cannot state are checked below:
+test here, which runs ``lint-imports`` on it. Four rules import-linter cannot state are checked below:
 
 - no cycle through a package's own ``__init__`` (``engine/__init__.py`` imports ``engine.preemption``,
   which imports ``vit_plugin.engine``; or a module that imports the root ``vit_plugin``, which imports
@@ -13,7 +13,10 @@ test here, which runs ``lint-imports`` on it. Three rules import-linter cannot s
   an optional dependency and says so in a comment on its line (import-linter does not record where an
   import sits). Read with ``ast``;
 - the scripts under ``tools/`` and ``projects/`` never edit ``sys.path`` (they import the installed
-  package). Read with ``ast``.
+  package). Read with ``ast``;
+- ``os.register_at_fork`` and ``gc.freeze`` / ``gc.unfreeze`` are called only in ``vit_plugin.runtime``,
+  the home of process-level effects (the ``signal`` module is the process-effects contract). Read with
+  ``ast``.
 """
 import ast
 import configparser
@@ -39,7 +42,7 @@ def contract_ids() -> List[str]:
 
 
 def test_the_contracts_are_all_there():
-    assert set(contract_ids()) >= {'layers', 'acyclic', 'engine-xla', 'compat'}, contract_ids()
+    assert set(contract_ids()) >= {'layers', 'acyclic', 'engine-xla', 'compat', 'process-effects'}, contract_ids()
 
 
 @pytest.mark.parametrize('contract', contract_ids())
@@ -151,6 +154,56 @@ def test_tools_and_projects_leave_sys_path_alone():
     edits = [edit for folder in ('tools', 'projects') for edit in sys_path_edits(osp.join(REPO, folder))]
     assert not edits, ('scripts import the installed package (`make setup` installs it editable); '
                        'drop these sys.path changes:\n' + '\n'.join(edits))
+
+
+#: module -> its functions with a process-level effect that only ``vit_plugin.runtime`` calls.
+RUNTIME_ONLY = {'os': {'register_at_fork'}, 'gc': {'freeze', 'unfreeze'}}
+RUNTIME_PACKAGE = PACKAGE + '.runtime'
+
+
+def process_effects(root: str = REPO) -> List[str]:
+    """``file:line (os.register_at_fork)`` for each use of a :data:`RUNTIME_ONLY` function in a package
+    module outside ``vit_plugin.runtime`` (``import gc as g; g.freeze``, ``from os import register_at_fork``
+    included)."""
+    found = []
+    for module, path in sorted(package_files(root).items()):
+        if module == RUNTIME_PACKAGE or module.startswith(RUNTIME_PACKAGE + '.'):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        aliases = {}  # local name -> module of RUNTIME_ONLY
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({(a.asname or a.name): a.name for a in node.names if a.name in RUNTIME_ONLY})
+            elif isinstance(node, ast.ImportFrom) and node.module in RUNTIME_ONLY and not node.level:
+                for alias in node.names:
+                    if alias.name in RUNTIME_ONLY[node.module]:
+                        found.append(f'{osp.relpath(path, root)}:{node.lineno} ({node.module}.{alias.name})')
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.attr in RUNTIME_ONLY.get(aliases.get(node.value.id), ())):
+                found.append(f'{osp.relpath(path, root)}:{node.lineno} ({aliases[node.value.id]}.{node.attr})')
+    return sorted(found)
+
+
+def test_fork_hooks_and_gc_freezes_live_in_the_runtime_package():
+    found = process_effects()
+    assert not found, (f'at-fork hooks and gc.freeze are process-level effects: install them through '
+                       f'{RUNTIME_PACKAGE} (install_fork_hook, frozen_heap), which undoes them when what needs '
+                       'them ends:\n' + '\n'.join(found))
+
+
+def test_the_process_effect_check_sees_each_spelling(tmp_path):
+    own = tmp_path / 'repo' / PACKAGE
+    (own / 'runtime').mkdir(parents=True)
+    (own / '__init__.py').write_text('')
+    (own / 'runtime' / '__init__.py').write_text('import gc\ngc.freeze()\n')
+    (own / 'a.py').write_text('import gc as g\nimport os\nfrom os import register_at_fork\n'
+                              'g.collect()\ng.unfreeze()\nos.register_at_fork(after_in_child=print)\n'
+                              'model = None\nmodel.freeze()\n')
+    assert process_effects(str(tmp_path / 'repo')) == [
+        f'{PACKAGE}/a.py:3 (os.register_at_fork)', f'{PACKAGE}/a.py:5 (gc.unfreeze)',
+        f'{PACKAGE}/a.py:6 (os.register_at_fork)']
 
 
 def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):

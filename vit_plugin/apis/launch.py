@@ -1,8 +1,10 @@
 """What ``tools/train.py`` and ``tools/test.py`` do between reading the config and running the runner.
 
 ``tools/train.py`` only turns its options into config keys; what a run does with them (the global
-batch, the device defaults, pre-emption safety, the input check) is done by the runner the config
-names (``runner_type='vit_plugin.Runner'``, :mod:`vit_plugin.engine.runner`), whichever tool builds it.
+batch, the device defaults, pre-emption safety, the input check) is the run plan
+(:mod:`vit_plugin.engine.plan`), applied by the runner the config names
+(``runner_type='vit_plugin.Runner'``, :mod:`vit_plugin.engine.runner`) whichever tool builds it, and by
+the XLA launcher in each of its processes; :func:`dry_run` prints it (``--dry-run``).
 One function per option, each taking the config (modified in place) and the option's value, so that a
 new option is one function here and one line in the ``merge_args`` of :mod:`vit_plugin.apis.train`
 (or :mod:`vit_plugin.apis.test`); docs/configs.md lists each option with its keys:
@@ -11,11 +13,13 @@ new option is one function here and one line in the ``merge_args`` of :mod:`vit_
   ``--amp`` without a value in :func:`amp_precision`), :func:`use_auto_scale_lr`, :func:`set_resume`,
   :func:`skip_validation`, :func:`disable_pin_memory`, :func:`disable_tf32`, :func:`use_fsdp`,
   :func:`use_compile`, :func:`setup_launcher` (the launcher, and XLA's SPMD and layer scan);
-  ``tools/test.py`` also applies :func:`use_device_defaults` itself;
+  ``tools/test.py`` also applies the device defaults itself
+  (:func:`~vit_plugin.engine.runner.use_device_defaults`);
 * the run: :func:`build_runner` (as mmpretrain's and mmdet's tools build it), :func:`run_training`,
-  and :func:`exit_on_expected_errors`, which turns the errors a user can fix into one message and an
+  :func:`dry_run`, and :func:`exit_on_expected_errors`, which turns the errors a user can fix into one message and an
   exit status.
 """
+import dataclasses
 import gc
 import logging
 import os
@@ -29,14 +33,17 @@ from mmengine.config import Config
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from vit_plugin import runtime
 from vit_plugin.datasets.checked import DataRootNotFoundError
-from vit_plugin.engine.device_defaults import apply_device_defaults
-from vit_plugin.engine.global_batch import apply_global_batch_size
+from vit_plugin.engine.config_edits import type_name
 from vit_plugin.engine.hooks import NonFiniteTrainingError
 from vit_plugin.engine.optimizers import resolve_precision, use_mixed_precision
+from vit_plugin.engine.plan import RunEnv, device_kind, names_vit_plugin_runner, plan_run
 from vit_plugin.engine.preemption import TrainingPreempted
-from vit_plugin.engine.runner import RunSetupError, check_processes_per_gpu, is_rank_zero
+from vit_plugin.engine.runner import (RunSetupError, check_processes_per_gpu, is_rank_zero,  # noqa: F401
+                                     use_device_defaults)
 from vit_plugin.xla import launch_training, to_xla_config
+from vit_plugin.xla.launch import plan_xla_run, xla_env
 
 #: Launchers of ``tools/train.py``; ``tools/test.py`` takes all but ``xla``.
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi', 'xla')
@@ -62,8 +69,9 @@ def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None
 
 
 def training_device(launcher: str) -> str:
-    """The kind of device the run trains on: ``'xla'``, ``'cuda'`` or ``'cpu'``."""
-    return 'xla' if launcher == 'xla' else 'cuda' if torch.cuda.is_available() else 'cpu'
+    """The kind of device the run trains on: ``'xla'``, ``'cuda'`` or ``'cpu'``
+    (:func:`~vit_plugin.engine.plan.device_kind`)."""
+    return device_kind(launcher=launcher)
 
 
 def amp_precision(amp: str, device: str) -> str:
@@ -142,15 +150,6 @@ def use_compile(cfg: Config, enable: bool) -> None:
         cfg.compile = True
 
 
-def use_device_defaults(cfg: Config, launcher: str) -> None:
-    """``tools/test.py``: the device defaults of :mod:`vit_plugin.engine.device_defaults` (TF32 and pinned
-    loader memory on GPUs) for configs whatever their runner (``vit_plugin.Runner`` applies them again,
-    which changes nothing)."""
-    for message in apply_device_defaults(cfg, training_device(launcher)):
-        if is_rank_zero():
-            print(message)
-
-
 # ---------------------------------------------------------------------------------------- the launcher
 def setup_launcher(cfg: Config, launcher: str, xla_spmd: bool = False, xla_layer_scan: bool = False) -> None:
     """``--launcher``: ``cfg.launcher``, as mmpretrain's tools set it; ``--xla-spmd`` and
@@ -173,7 +172,7 @@ def setup_launcher(cfg: Config, launcher: str, xla_spmd: bool = False, xla_layer
             raise SystemExit(f'ERROR: {err}') from None
     if launcher != 'xla':
         return
-    if _type_name(cfg.get('strategy')) == 'FSDP2Strategy':
+    if type_name(cfg.get('strategy')) == 'FSDP2Strategy':
         raise SystemExit('--fsdp is not available with --launcher xla (XLA replicates the model '
                          'and all-reduces gradients in the optimizer step).')
     if xla_spmd or xla_layer_scan:
@@ -184,10 +183,6 @@ def setup_launcher(cfg: Config, launcher: str, xla_spmd: bool = False, xla_layer
         to_xla_config(cfg, **xla_options(cfg))
     except ValueError as err:
         raise SystemExit(f'--launcher xla: {err}') from None
-
-
-def _type_name(cfg_dict) -> str:
-    return str((cfg_dict or {}).get('type', '')).split('.')[-1]
 
 
 def xla_options(cfg: Config) -> dict:
@@ -207,10 +202,10 @@ def build_runner(cfg: Config):
 
 def run_training(cfg: Config) -> None:
     """Train ``cfg`` in this process, or under ``launcher='xla'`` in the processes torch_xla starts, one
-    per device (one per host with ``strategy.spmd``), each applying ``global_batch_size`` once it knows
-    the number of replicas."""
+    per device (one per host with ``strategy.spmd``), each planning the run once it knows the number of
+    replicas."""
     if cfg.get('launcher') == 'xla':
-        launch_training(cfg, prepare=apply_global_batch_size, **xla_options(cfg))
+        launch_training(cfg, **xla_options(cfg))
         return
     try:
         build_runner(cfg).train()
@@ -220,6 +215,37 @@ def run_training(cfg: Config) -> None:
     release_process_group()
 
 
+def plan_training(cfg: Config, world_size: Optional[int] = None):
+    """The run plan ``tools/train.py`` applies to ``cfg`` in this environment (nothing is built): the XLA
+    launcher's plan under ``launcher='xla'``, else the plan of the runner the config names; None for a
+    config whose runner applies no plan (mmengine's).
+
+    Args:
+        cfg (Config): The config with the options merged (:func:`vit_plugin.apis.train.merge_args`).
+        world_size (int, optional): The number of processes to plan for. Defaults to None: what the
+            launcher's environment says (``WORLD_SIZE``, ``SLURM_NTASKS``, ...; 1 without a launcher).
+    """
+    if cfg.get('launcher') == 'xla':
+        return plan_xla_run(cfg, xla_env('xla', world_size or 1), **xla_options(cfg))
+    if not names_vit_plugin_runner(cfg):
+        return None
+    flexible = cfg.get('runner_type') == 'vit_plugin.FlexibleRunner'
+    env = RunEnv.from_process(cfg, flexible=flexible)
+    if world_size is not None:
+        env = dataclasses.replace(env, world_size=world_size)
+    return plan_run(cfg, env)
+
+
+def dry_run(cfg: Config, world_size: Optional[int] = None) -> str:
+    """``--dry-run``: the text of the run plan of ``cfg`` and the changes it makes to the config
+    (:func:`plan_training`); builds no model and loads no data."""
+    plan = plan_training(cfg, world_size)
+    if plan is None:
+        return (f'runner_type={cfg.get("runner_type")!r}: mmengine\'s runner trains the config as it is '
+                f'(vit_plugin\'s run plan applies to runner_type=\'vit_plugin.Runner\').')
+    return plan.describe()
+
+
 def release_process_group() -> None:
     """Destroys the default process group, if this process has one, once the run is over.
 
@@ -227,8 +253,7 @@ def release_process_group() -> None:
     point: a group destroyed while another process still waits in a collective would fail that one.
     """
     global _JOINED_GROUP
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    if runtime.release_process_group():
         _JOINED_GROUP = True
 
 

@@ -2,7 +2,8 @@
 
 The options only set config keys (docs/configs.md lists each with its keys, which ``--cfg-options``
 sets as well); the run is the runner the config names (``vit_plugin.Runner`` in vit_plugin's runtimes),
-so mmpretrain's and mmdet's own ``tools/train.py`` train the same config the same way.
+which applies the run plan, so mmpretrain's and mmdet's own ``tools/train.py`` train the same config the
+same way. ``--dry-run`` prints the plan and exits.
 """
 import argparse
 import os
@@ -10,9 +11,9 @@ from typing import Optional, Sequence
 
 from mmengine.config import Config, DictAction
 
-from .launch import (LAUNCHERS, disable_pin_memory, disable_tf32, exit_on_expected_errors, merge_cfg_options,
-                     run_training, set_resume, set_work_dir, setup_launcher, skip_validation, use_amp,
-                     use_auto_scale_lr, use_compile, use_fsdp)
+from .launch import (LAUNCHERS, disable_pin_memory, disable_tf32, dry_run, exit_on_expected_errors,
+                     merge_cfg_options, run_training, set_resume, set_work_dir, setup_launcher, skip_validation,
+                     use_amp, use_auto_scale_lr, use_compile, use_fsdp)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -57,9 +58,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         'model.backbone.drop_rate=0.0')
     parser.add_argument('--launcher', choices=LAUNCHERS,
                         help="job launcher (default: the config's launcher, else none)")
+    parser.add_argument('--dry-run', action='store_true',
+                        help='print the run plan (global batch, device defaults, hooks, XLA conversion) and '
+                        'each change it makes to the config, then exit without building a model or '
+                        'loading data')
+    parser.add_argument('--nproc', type=int, metavar='N',
+                        help='with --dry-run: the number of processes to plan for (default: what the '
+                        "launcher's environment says, e.g. WORLD_SIZE; 1 without a launcher)")
     # torchrun passes the rank through LOCAL_RANK; torch.distributed.launch passes --local-rank.
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
+    if args.nproc is not None and (not args.dry_run or args.nproc < 1):
+        parser.error('--nproc N (N >= 1) goes with --dry-run; a run counts the processes its launcher starts.')
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
@@ -89,4 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     cfg = merge_args(Config.fromfile(args.config), args)
     with exit_on_expected_errors():
+        if args.dry_run:
+            print(dry_run(cfg, args.nproc))
+            return
         run_training(cfg)

@@ -37,6 +37,7 @@ import vit_plugin  # noqa: F401  (registers the hooks)
 from vit_plugin.benchmarks.results import write_result
 from vit_plugin.benchmarks.timing import paired_rounds
 from vit_plugin.benchmarks.toy_classifier import LossModel, vit_classifier
+from vit_plugin.engine.optimizers import guarded_optim_wrapper_cfg
 
 VARIANTS = ('none', 'guard', 'preemption', 'both')
 
@@ -77,7 +78,8 @@ def _runner(args, variant: str, work_dir: str, timer):
         train_dataloader=dict(dataset=data, batch_size=args.batch, num_workers=0,
                               sampler=dict(type='InfiniteSampler', shuffle=True, seed=0),
                               collate_fn=dict(type='default_collate')),
-        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-4)),
+        # The guard is the wrapper's type: guarded where the hook is on, as vit_plugin's runners build it.
+        optim_wrapper=guarded_optim_wrapper_cfg(dict(optimizer=dict(type='AdamW', lr=1e-4)), hooks['nonfinite_guard']),
         cfg=dict(model_wrapper_cfg=dict(type='MMDistributedDataParallel', device_ids=None, broadcast_buffers=False)),
         default_hooks=hooks, custom_hooks=[timer], default_scope='mmengine',
         # mmengine names a runner's logger and visualizer by the second it started: runs in the same

@@ -24,7 +24,7 @@ utilisation against two references: the square matmul timed in the same rounds (
 and the GPU's datasheet dense rate (:mod:`vit_plugin.benchmarks.gpu_datasheet`; "unknown" for a GPU not in
 its table). A batch that does not fit becomes a note. ``--guard`` adds two training rows of our
 model through mmengine's ``OptimWrapper``, one with the non-finite guard
-(:class:`vit_plugin.engine.hooks.NonFiniteGuard`) and one without, timed in the same rounds: their
+(:class:`vit_plugin.GuardedOptimWrapper`) and one without, timed in the same rounds: their
 paired ratio is the guard's cost.
 
 Examples::
@@ -53,8 +53,8 @@ from vit_plugin.benchmarks.timing import CudaStopwatch, Stopwatch, paired_rounds
 from vit_plugin.benchmarks.toy_classifier import Classifier, vit_classifier
 from vit_plugin.deploy import compile_for_inference
 from vit_plugin.engine.device_defaults import set_tf32
-from vit_plugin.engine.hooks import NonFiniteGuard
-from vit_plugin.engine.optimizers import AutocastOptimWrapper
+from vit_plugin.engine.optimizers import (AutocastOptimWrapper, GuardedAutocastOptimWrapper,
+                                          GuardedOptimWrapper)
 from vit_plugin.models.backbones import ViT
 
 MODELS = ('ours', 'timm', 'mmpretrain')
@@ -284,8 +284,8 @@ def make_step(model: nn.Module, mode: str, x: torch.Tensor, y: torch.Tensor, cas
     (``torch.amp.GradScaler``). ``freeze`` (CPU inference only): compiled with Inductor freezing, see
     :mod:`vit_plugin.deploy`. ``wrapper`` (training only): ``'plain'`` or ``'guarded'`` runs the update
     through mmengine's ``OptimWrapper`` (:class:`vit_plugin.AutocastOptimWrapper` for fp16), the
-    latter with :class:`vit_plugin.engine.hooks.NonFiniteGuard`, whose verdicts are read on the host
-    every 10 steps as ``NonFiniteGuardHook`` does.
+    latter through its guarded type (:class:`vit_plugin.GuardedOptimWrapper`), whose verdicts are read
+    on the host every 10 steps as ``NonFiniteGuardHook`` does.
     """
     device = x.device.type
 
@@ -335,18 +335,17 @@ def _wrapped_train_step(forward, optim, x, y, cast, autocast, guarded: bool) -> 
     from mmengine.optim import OptimWrapper
 
     if cast is torch.float16:
-        wrapper = AutocastOptimWrapper(dtype='float16', optimizer=optim)
+        wrapper = (GuardedAutocastOptimWrapper if guarded else AutocastOptimWrapper)(dtype='float16', optimizer=optim)
     else:
-        wrapper = OptimWrapper(optim)
-    guard = NonFiniteGuard(wrapper) if guarded else None
+        wrapper = (GuardedOptimWrapper if guarded else OptimWrapper)(optim)
     verdicts = []
 
     def step():
         with autocast():
             loss = F.cross_entropy(forward(x), y)
         wrapper.update_params(loss)  # backward, step, zero_grad
-        if guard is not None:
-            verdicts.append(guard.take())
+        if guarded:
+            verdicts.append(wrapper.take_verdict())
             if len(verdicts) == 10:  # the hook's host read (default check_interval)
                 torch.stack(verdicts).tolist()
                 verdicts.clear()

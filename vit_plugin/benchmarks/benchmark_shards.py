@@ -40,7 +40,9 @@ and once over the image shards; each build in a process forked from one fresh in
 memory at every start). Reported: seconds, the builder's peak RSS growth, the largest private memory
 (USS) of a worker process, and the peak of the builder's growth plus its workers' USS (the memory the
 build adds), sampled every 20 ms. Per million samples is the slope between the two sizes (a straight
-line through both; the fixed cost is its intercept): an extrapolation.
+line through both; the fixed cost is its intercept): an extrapolation, printed only where the fit means
+something (:func:`fit_problems`: a positive slope, a fixed cost that is not negative, more processes
+faster than one); otherwise the report says why not.
 
 Example (the numbers of docs/benchmarks.md#tar-shards)::
 
@@ -657,6 +659,27 @@ def per_million(rows: List[dict]) -> Dict[int, dict]:
     return out
 
 
+def fit_problems(lines: Dict[int, dict]) -> List[str]:
+    """Why the straight lines of :func:`per_million` mean nothing beyond the sizes measured (none: they do).
+
+    A line's seconds must grow with the samples (positive slope) from a fixed cost that is not negative, and
+    more processes must build faster per million samples than one: at sizes where start-up and noise
+    dominate, none of this holds.
+    """
+    found = []
+    for workers, line in lines.items():
+        seconds = line['seconds']
+        if seconds['per_million'] <= 0:
+            found.append(f"{workers} processes: {seconds['per_million']:.2f} s per million (not positive)")
+        elif seconds['fixed'] < 0:
+            found.append(f"{workers} processes: a negative fixed cost ({seconds['fixed']:+.2f} s)")
+    if 1 in lines and len(lines) > 1:
+        most = max(lines)
+        if lines[most]['seconds']['per_million'] >= lines[1]['seconds']['per_million']:
+            found.append(f'{most} processes are no faster per million samples than 1')
+    return found
+
+
 def index_table(rows: List[dict]) -> str:
     head = ('shards', 'samples', 'processes', 'seconds', 'builder peak RSS +MiB', 'worker peak USS MiB',
             'peak added MiB', 'index MiB')
@@ -730,9 +753,14 @@ def main(argv=None) -> dict:
         result['index'] = rows
         lines = per_million(rows)
         result['index_per_million'] = {str(k): v for k, v in lines.items()}
+        result['index_fit_problems'] = problems = fit_problems(lines)
         print(index_table(rows))
-        print('Per million samples (extrapolated: the line through the two sizes of tiny-member shards):')
-        print(per_million_table(lines))
+        if problems:
+            print('Per million samples: not extrapolated, the line through the two sizes means nothing here ('
+                  + '; '.join(problems) + '); measure more --index-samples.')
+        else:
+            print('Per million samples (extrapolated: the line through the two sizes of tiny-member shards):')
+            print(per_million_table(lines))
     result['seconds'] = time.perf_counter() - started
     print(f'\n{result["seconds"]:.0f} s in all')
     if args.out:

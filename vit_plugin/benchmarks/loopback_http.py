@@ -14,8 +14,11 @@ when its ``with`` block ends. It answers what fsspec's ``HTTPFileSystem`` (and s
 :class:`LoopbackServer` counts what it served (``requests``, ``bytes_sent``, and a log of
 ``(method, path, range)``) so that a test can assert how many requests a read cost, and can inject
 faults into the next ``GET`` requests (``'cut'``: the body stops half-way and the connection closes;
-an int: that HTTP status) to test retries and interrupted transfers. Nothing else is reachable: the
-server binds 127.0.0.1 only, and serves no path outside its folder.
+an int: that HTTP status) to test retries and interrupted transfers, or answer every request with a fault
+for a while (:meth:`LoopbackServer.outage`: a status, or ``'drop'``, the connection closed unanswered).
+``ranges=False`` makes a server that ignores ``Range`` and answers ``200`` with the whole file, as Python's
+``http.server`` does. Nothing else is reachable: the server binds 127.0.0.1 only, and serves no path
+outside its folder.
 """
 import contextlib
 import email.utils
@@ -42,9 +45,12 @@ class Request(NamedTuple):
 class LoopbackServer:
     """The running server of :func:`serve_folder`: its ``url`` and what it served."""
 
-    def __init__(self, folder: str, delay_s: float = 0.0):
+    def __init__(self, folder: str, delay_s: float = 0.0, ranges: bool = True):
         self.folder = osp.realpath(folder)
         self.delay_s = delay_s
+        self.ranges = ranges
+        self._outage_until = 0.0
+        self._outage_fault: Union[str, int] = 503
         self._lock = threading.Lock()
         self._log: List[Request] = []
         self._bytes_sent = 0
@@ -88,6 +94,14 @@ class LoopbackServer:
         with self._lock:
             self._faults.extend(faults)
 
+    def outage(self, seconds: float, fault: Union[str, int] = 503) -> None:
+        """Answer every request of the next ``seconds`` with ``fault``: an HTTP error status, or ``'drop'``
+        (the connection closes before any answer, as when the server is down)."""
+        if fault != 'drop' and not (isinstance(fault, int) and 400 <= fault < 600):
+            raise ValueError(f"fault {fault!r}: use 'drop' or an HTTP error status (400-599)")
+        with self._lock:
+            self._outage_fault, self._outage_until = fault, time.monotonic() + seconds
+
     def start(self) -> 'LoopbackServer':
         self._thread.start()
         return self
@@ -101,6 +115,8 @@ class LoopbackServer:
     def _record(self, request: Request) -> Optional[Union[str, int]]:
         with self._lock:
             self._log.append(request)
+            if time.monotonic() < self._outage_until:
+                return self._outage_fault
             if request.method == 'GET' and self._faults:
                 return self._faults.pop(0)
         return None
@@ -138,6 +154,9 @@ def _handler_class(server: LoopbackServer):
                 time.sleep(server.delay_s)
             if isinstance(fault, int):
                 return self._empty(fault)
+            if fault == 'drop':
+                self.close_connection = True
+                return
             path = self._local_path()
             if path is None or not osp.exists(path):
                 return self._empty(404)
@@ -151,7 +170,7 @@ def _handler_class(server: LoopbackServer):
                 return self._listing(path, body)
             size = osp.getsize(path)
             start, end, status = 0, size, 200
-            if rng is not None:
+            if rng is not None and server.ranges:
                 match = _RANGE.match(rng.strip())
                 if match is None or match.groups() == ('', ''):
                     return self._empty(416, size)
@@ -168,7 +187,8 @@ def _handler_class(server: LoopbackServer):
             self.send_response(status)
             self.send_header('Content-Type', 'application/octet-stream')
             self.send_header('Content-Length', str(end - start))
-            self.send_header('Accept-Ranges', 'bytes')
+            if server.ranges:
+                self.send_header('Accept-Ranges', 'bytes')
             self.send_header('ETag', f'"{stat.st_ino:x}-{stat.st_size:x}-{stat.st_mtime_ns:x}"')
             self.send_header('Last-Modified', email.utils.formatdate(stat.st_mtime, usegmt=True))
             if status == 206:
@@ -215,14 +235,15 @@ def _handler_class(server: LoopbackServer):
 
 
 @contextlib.contextmanager
-def serve_folder(folder: str, delay_s: float = 0.0) -> Iterator[LoopbackServer]:
+def serve_folder(folder: str, delay_s: float = 0.0, ranges: bool = True) -> Iterator[LoopbackServer]:
     """Serve ``folder`` at ``server.url`` (``http://127.0.0.1:<free port>``) for the ``with`` block.
 
     Args:
         folder: the folder whose files and sub-folders are served, read-only.
         delay_s: seconds added to every request before it is answered (a network's latency).
+        ranges: answer ``Range`` with ``206``; False: ignore it, ``200`` and the whole file.
     """
-    server = LoopbackServer(folder, delay_s).start()
+    server = LoopbackServer(folder, delay_s, ranges).start()
     try:
         yield server
     finally:

@@ -15,8 +15,8 @@ here, not a list that may grow elsewhere, so that a file written today decodes t
 * :data:`NORM_KEY` -- the input normalisation the weights were trained with, a (2, 3) float tensor
   ``[mean, std]`` in 0..255 pixel units (the official weights: 127.5 and 127.5, inputs in [-1, 1]).
 * :data:`NORM_EPS_KEY` -- the LayerNorm epsilon the weights were trained with, a 0-dim float64
-  tensor, recorded when it is known to differ from the model's own (``transformers`` ports: 1e-12,
-  where the official model has 1e-6).
+  tensor: 1e-6 from the official ``.npz`` converter, 1e-12 from ``transformers`` ports; a model that
+  loaded a record saves it again.
 """
 from typing import Dict, Optional, Sequence, Tuple
 

@@ -16,7 +16,7 @@ from vit_plugin.compat import Inherited
 __all__ = ['DDPStrategy', 'SingleDeviceStrategy', 'skip_infinite_sampler', 'LOOP_MAKES_ITERATOR_WHEN_BUILT',
            'update_losses',
            'is_local_uri', 'save_checkpoint_as_configured', 'resumes', 'accumulative_counts',
-           'copy_scheduler_counter_mark', 'normalizes', 'converts_channels', 'dataset_indices',
+           'normalizes', 'converts_channels', 'dataset_indices',
            'AfterCheckpointSaved', 'INHERITED']
 
 # DDPStrategy and SingleDeviceStrategy: the bases of FSDP2Strategy and XLAStrategy. mmengine keeps its
@@ -104,16 +104,6 @@ def accumulative_counts(wrapper, default: int = 1) -> int:
     return getattr(wrapper, '_accumulative_counts', default)
 
 
-def copy_scheduler_counter_mark(source, target) -> None:
-    """Carry the mark mmengine's parameter schedulers put on the ``optimizer.step`` they wrapped.
-
-    A scheduler wraps the wrapper's ``step`` in a call counter, marks it ``_with_counter`` and warns
-    when a later ``step`` lacks the mark; a ``step`` replaced on top of the counted one keeps it.
-    """
-    if hasattr(source, '_with_counter'):
-        target._with_counter = source._with_counter
-
-
 def normalizes(preprocessor, default: bool = False) -> bool:
     """Whether an mmengine/mmpretrain image data preprocessor normalises with its ``mean``/``std``.
 
@@ -157,8 +147,15 @@ INHERITED: Dict[str, Inherited] = {
         'swaps averaged and trained weights around validation and saving; the sharded mirror pairs them by name'),
     '_clip_grad': Inherited(
         'mmengine.optim.optimizer.optimizer_wrapper:OptimWrapper',
-        ('vit_plugin.engine.optimizers.amp:AutocastOptimWrapper', 'vit_plugin.xla.optim_wrapper:XLAOptimWrapper'),
+        ('vit_plugin.engine.optimizers.amp:AutocastOptimWrapper', 'vit_plugin.xla.optim_wrapper:XLAOptimWrapper',
+         'vit_plugin.engine.optimizers.nonfinite_step:NonFiniteGuardMixin'),
         "the wrapper's clipping per clip_grad config; step() calls it, and so must a step that replaces step()"),
+    '_scale_update_param': Inherited(
+        'mmengine.optim.optimizer.amp_optimizer_wrapper:AmpOptimWrapper',
+        ('vit_plugin.engine.optimizers.nonfinite_step:NonFiniteGuardMixin',
+         'vit_plugin.engine.optimizers.amp:AutocastOptimWrapper'),
+        "the fixed loss scale update() restores (None: dynamic); AutocastOptimWrapper keeps it under the same "
+        'name so that the guarded AMP step serves both'),
     '_inner_count': Inherited(
         'mmengine.optim.optimizer.optimizer_wrapper:OptimWrapper', ('vit_plugin.engine.optimizers.amp:AutocastOptimWrapper',),
         'the micro-batch counter update_params advances; gradient accumulation reads it'),

@@ -29,8 +29,10 @@ def add_to_model_index(entry) -> None:
     ``inference_model`` and the inferencers read by name.
 
     ``ModelHub.register_model_index`` is the public way, but it reads a model-index.yml file whose
-    entries name config *files*; vit_plugin's released models build their configs in code (so the names
-    work from an installed wheel, without configs/), and the index accepts a config object as well. This
+    entries name config *files* (checked in mmpretrain 1.2.0 and onedl-mmpretrain 1.3.6), and raises when
+    the same file is registered twice; vit_plugin's released models build their configs in code (so the
+    names work from an installed wheel, without configs/, and ``vit_plugin.zoo.register_model`` adds
+    models at run time), and the index accepts a config object as well. This
     does what ``register_model_index`` does for each entry of such a file: it keys the entry by its
     lower-case name in ``ModelHub._models_dict`` and refuses a name that is taken by another entry
     (registering the same name twice is a no-op).

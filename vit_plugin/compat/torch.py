@@ -99,7 +99,7 @@ def wrap_worker_signal_handlers(after: Callable[[], None]) -> bool:
     torch's worker loop calls ``torch.utils.data._utils.signal_handling._set_worker_signal_handlers``
     first thing; replacing that function in the current process (a forked child of the training
     process) is the only way to act after it. Returns False when torch's data loading is not
-    imported (nothing to wrap).
+    imported (nothing to wrap). Called only from ``vit_plugin.runtime``, in a forked child.
     """
     handling = sys.modules.get(_SIGNAL_HANDLING)
     if handling is None:

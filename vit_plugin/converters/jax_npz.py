@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..checkpoint.records import (GELU_KEY, MODE_KEY, NORM_KEY, OFFICIAL_INPUT_NORM, encode_gelu, encode_input_norm,
-                                  encode_resize_mode)
+from ..checkpoint.records import (GELU_KEY, MODE_KEY, NORM_EPS_KEY, NORM_KEY, OFFICIAL_INPUT_NORM, encode_gelu,
+                                  encode_input_norm, encode_norm_eps, encode_resize_mode)
 from ..models.pos_embed import infer_grid
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport, progress
 
@@ -339,6 +339,7 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
     state_dict[bp + 'pos_embed_grid'] = torch.tensor(info['grid'], dtype=torch.long)
     state_dict[bp + MODE_KEY] = encode_resize_mode('official')
     state_dict[bp + GELU_KEY] = encode_gelu('tanh')  # the official model's jax.nn.gelu defaults to tanh
+    state_dict[bp + NORM_EPS_KEY] = encode_norm_eps(1e-6)  # Flax's LayerNorm default
     # The official input pipeline feeds pixels scaled to [-1, 1]; ImageNet mean/std costs accuracy.
     state_dict[bp + NORM_KEY] = encode_input_norm(*OFFICIAL_INPUT_NORM)
     report.missing = list(r.missing)

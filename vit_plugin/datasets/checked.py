@@ -28,6 +28,7 @@ from mmpretrain import datasets as mmpretrain_datasets
 
 from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError, check_labels
+from vit_plugin.datasets.decode import ImageDecodeError
 from vit_plugin.registry import DATASETS
 
 README_SECTION = "README.md, section 'Data preparation' (#data-preparation)"
@@ -175,7 +176,15 @@ def _make_checked(cls: type) -> type:
             raise _no_samples(self, name)
         return super(cls, self)._serialize_data()
 
-    for method in (__init__, full_init, _serialize_data):
+    def prepare_data(self, idx):  # a bad image named by a list file: the advice names the list
+        try:
+            return super(cls, self).prepare_data(idx)
+        except ImageDecodeError as err:
+            if not getattr(self, 'ann_file', ''):
+                raise
+            raise err.for_source('list', osp.abspath(self.ann_file)) from None
+
+    for method in (__init__, full_init, _serialize_data, prepare_data):
         method.__qualname__ = f'{cls.__qualname__}.{method.__name__}'
         setattr(cls, method.__name__, method)
     return cls

@@ -19,7 +19,9 @@ markers or chunks, microseconds per file):
   ``ImageFile.LOAD_TRUNCATED_IMAGES`` is set; both are caught here;
 * **corrupt**: the structure is complete but the decoder cannot read the data.
 
-Each error is an :class:`ImageDecodeError` whose message names the file, the reason and what to do.
+Each error is an :class:`ImageDecodeError` whose message names the file, the reason and what to do,
+for where the image lives (:data:`SOURCES`: a file of a folder, a file a list names, a sample of a tar
+shard, an image of a tar of tars; the datasets re-word it with :meth:`ImageDecodeError.for_source`).
 
 Pixels (``color_type='color'``, the default): BGR ``uint8`` of shape (H, W, 3), exactly those of
 Pillow's ``ImageOps.exif_transpose(img).convert('RGB')`` (reversed to BGR), with two documented
@@ -59,12 +61,39 @@ TOO_LARGE = 'too large'
 CORRUPT = 'corrupt'
 REASONS = (TRUNCATED, NOT_AN_IMAGE, UNSUPPORTED_MODE, TOO_LARGE, CORRUPT)
 
+#: Where an image lives: a file (of a folder), a file a list file names, a sample of a tar shard, an
+#: image inside an inner tar of a tar of tars.
+SOURCES = ('file', 'list', 'shard', 'tar_of_tars')
+
 _ADVICE = {
-    TRUNCATED: 'copy or download the file again',
-    NOT_AN_IMAGE: 'replace it with the image, or remove its line from the list',
-    UNSUPPORTED_MODE: 'convert it to 8-bit RGB, e.g. PIL.Image.open(path).convert("RGB").save(path)',
-    TOO_LARGE: 'downscale it, or raise max_pixels of the loader if the image is genuine',
-    CORRUPT: 'copy or download the file again, or replace it',
+    'file': {
+        TRUNCATED: 'copy or download the file again',
+        NOT_AN_IMAGE: 'replace it with the image, or delete it',
+        UNSUPPORTED_MODE: 'convert it to 8-bit RGB, e.g. PIL.Image.open(path).convert("RGB").save(path)',
+        TOO_LARGE: 'downscale it, or raise max_pixels of the loader if the image is genuine',
+        CORRUPT: 'copy or download the file again, or replace it',
+    },
+    'list': {
+        TRUNCATED: 'copy or download the file again',
+        NOT_AN_IMAGE: 'replace it with the image, or remove its line from {list_file}',
+        UNSUPPORTED_MODE: 'convert it to 8-bit RGB, e.g. PIL.Image.open(path).convert("RGB").save(path)',
+        TOO_LARGE: 'downscale it, or raise max_pixels of the loader if the image is genuine',
+        CORRUPT: 'copy or download the file again, or remove its line from {list_file}',
+    },
+    'shard': {
+        TRUNCATED: 'download the shard again',
+        NOT_AN_IMAGE: 'write the shard again with this sample replaced or left out',
+        UNSUPPORTED_MODE: 'write the shard again with this image in 8-bit RGB, or without it',
+        TOO_LARGE: 'raise max_pixels of the loader if the image is genuine, or write the shard again without it',
+        CORRUPT: 'download the shard again, or write it again with this sample replaced or left out',
+    },
+    'tar_of_tars': {
+        TRUNCATED: 'download the archive again',
+        NOT_AN_IMAGE: 'the archive cannot be edited in place',
+        UNSUPPORTED_MODE: 'the archive cannot be edited in place',
+        TOO_LARGE: 'raise max_pixels of the loader if the image is genuine',
+        CORRUPT: 'download the archive again',
+    },
 }
 
 #: Colour types (mmcv's names) and the OpenCV flag of each.
@@ -97,7 +126,7 @@ _PILLOW_FORMATS = ('GIF', 'TIFF')
 class ImageDecodeError(ValueError):
     """An image file that cannot give correct pixels. ``path`` names it, ``reason`` is one of
     :data:`REASONS` (``'truncated'``, ``'not an image'``, ``'unsupported mode'``, ``'too large'``,
-    ``'corrupt'``). The message says both and what to do."""
+    ``'corrupt'``). The message says both and what to do (for a file, until :meth:`for_source`)."""
 
     def __init__(self, message: str, path: Optional[str] = None, reason: Optional[str] = None,
                  detail: Optional[str] = None):
@@ -109,11 +138,24 @@ class ImageDecodeError(ValueError):
     def __reduce__(self):  # keeps the fields through pickling (data-loader workers)
         return type(self), (str(self), self.path, self.reason, self.detail)
 
+    def for_source(self, source: str, list_file: Optional[str] = None) -> 'ImageDecodeError':
+        """The same error with the advice for where the image lives (one of :data:`SOURCES`; ``list_file``
+        names the list for ``'list'``); itself when it carries no reason."""
+        if self.reason not in REASONS or self.path is None:
+            return self
+        return image_error(self.path, self.reason, self.detail, source, list_file)
 
-def image_error(path, reason: str, detail: str) -> ImageDecodeError:
-    """The :class:`ImageDecodeError` for ``path``: ``'<path>: <reason> (<detail>); <what to do>.'``"""
-    return ImageDecodeError(f'{path}: {reason} ({detail}); {_ADVICE[reason]}. A training run can skip and '
-                            f'count such files with vit_plugin.SkipBadSamples.', str(path), reason, detail)
+
+def image_error(path, reason: str, detail: str, source: str = 'file',
+                list_file: Optional[str] = None) -> ImageDecodeError:
+    """The :class:`ImageDecodeError` for ``path``: ``'<path>: <reason> (<detail>); <what to do>.'``, the
+    advice for ``source`` (:data:`SOURCES`; a list file's name in ``list_file``)."""
+    if source not in _ADVICE:
+        raise ValueError(f'image_error: source={source!r}; use one of {SOURCES}')
+    advice = _ADVICE[source][reason].format(list_file=list_file or 'the list file')
+    skip = 'such files' if source in ('file', 'list') else 'such samples'
+    return ImageDecodeError(f'{path}: {reason} ({detail}); {advice}. A training run can skip and count {skip} '
+                            f'with vit_plugin.SkipBadSamples.', str(path), reason, detail)
 
 
 class ImageInfo(NamedTuple):

@@ -23,6 +23,7 @@ from mmengine.dist import barrier, get_world_size, is_distributed
 from mmpretrain.datasets import BaseDataset
 
 from vit_plugin import label_spaces
+from vit_plugin.datasets.decode import ImageDecodeError
 from vit_plugin.datasets.indexed import IndexedRecordsMixin
 from vit_plugin.datasets.shard_files import ShardReader, ShardReadError
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
@@ -68,7 +69,9 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
             under ``~/.cache/vit_plugin/shard_index``.
         index_workers (int, optional): Processes that build the index; default every core.
         reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader` settings for
-            remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``).
+            remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``,
+            ``retry_timeout``: the seconds one request waits out an outage, 600 by default; the index
+            build waits as long).
         pipeline, test_mode, indices, lazy_init, metainfo, max_refetch: As mmengine's ``BaseDataset``.
     """
 
@@ -101,9 +104,10 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         _check_loader(self.pipeline)
 
     def _open_index(self) -> TarShardIndex:
-        shard_list = resolve_shards(self.shard_root, self.shards, self.split)
+        retry = self.reader.retry
+        shard_list = resolve_shards(self.shard_root, self.shards, self.split, retry=retry)
         open_args = dict(layout=self.layout, rule=self.rule, index_path=self.index_file, split=self.split,
-                         workers=self.index_workers)
+                         workers=self.index_workers, retry=retry)
         # One process per node builds (the others would repeat its work), the others then open it.
         if is_distributed() and get_world_size() > 1:
             if int(os.environ.get('LOCAL_RANK', '0')) == 0:
@@ -163,7 +167,10 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
                                                    int(index.sizes[row]), fingerprint=index.fingerprints[shard])
         except ShardReadError as err:
             raise SampleReadError(record['img_path'], err.reason or str(err)) from None
-        return self.pipeline(record)
+        try:
+            return self.pipeline(record)
+        except ImageDecodeError as err:  # the advice for a sample of a shard, not for a file
+            raise err.for_source('shard' if self.layout == 'webdataset' else 'tar_of_tars') from None
 
     def extra_repr(self):
         return [f'Shards: {self.shard_root} ({self.layout})', f'Labels: {self.rule.source}'

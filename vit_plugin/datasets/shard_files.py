@@ -23,24 +23,37 @@ through these functions; docs/data.md#remote-shards tells the story (the cache, 
   cache on the local disk (aligned chunks of ``chunk_bytes``, one request each; a bounded folder with
   least-recently-used eviction, shared by every worker and rank of a node; chunk files appear only
   whole, written to a temporary name and moved into place) with a background read-ahead of the next
-  chunks of the same shard. Transient network errors are retried with backoff.
-* **Errors.** Whatever cannot be read (missing, truncated, permission, network after the retries,
+  chunks of the same shard.
+* **Ranges.** Every remote read is a byte-range request; a server that answers one with the whole file
+  (HTTP ``200`` instead of ``206``, as Python's ``http.server`` does) is refused at its first read
+  (:class:`RangesNotSupportedError`), before any whole-file transfer is repeated.
+* **Outages.** A transient error (network, timeout, HTTP 5xx or 429) is retried with exponential
+  back-off and jitter for up to ``retry_timeout`` seconds in all (:class:`RetryPolicy`; 600 by default),
+  one log line per back-off step; what cannot heal (404, 401, 403, 416, a size mismatch) fails at once.
+* **Errors.** Whatever cannot be read (missing, truncated, permission, network after ``retry_timeout``,
   offline) is a :class:`ShardReadError` (an ``OSError``) naming the URL and what to do.
 """
 import concurrent.futures
 import datetime
 import errno
 import hashlib
+import io
 import json
+import logging
 import os
 import os.path as osp
 import posixpath
+import random
 import re
+import shlex
 import threading
 import time
 import urllib.parse
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from vit_plugin import runtime
+from mmengine.logging import print_log
 
 from vit_plugin.checkpoint.hub import hub_cache_dir, hub_offline
 
@@ -52,8 +65,10 @@ DEFAULT_CHUNK_BYTES = 16 << 20
 DEFAULT_READAHEAD_CHUNKS = 2
 DEFAULT_CACHE_BYTES = 16 << 30
 DEFAULT_SCAN_BLOCK_BYTES = 16 << 20
-DEFAULT_RETRIES = 3
+DEFAULT_RETRIES = None  # no cap on the count of tries: retry_timeout bounds them
 DEFAULT_BACKOFF_S = 0.5
+DEFAULT_MAX_BACKOFF_S = 60.0
+DEFAULT_RETRY_TIMEOUT_S = 600.0
 
 _TMP_PREFIX = '.tmp.'
 _USAGE_FILE = '.usage'
@@ -92,6 +107,45 @@ class ShardNotFoundError(ShardReadError, FileNotFoundError):
 
 class HubOfflineError(ShardReadError):
     """An hf:// file that is not in the local Hugging Face cache while the hub is offline or unreachable."""
+
+
+class ShardUnavailableError(ShardReadError):
+    """A transient error (network, timeout, HTTP 5xx or 429) that lasted past the retry policy's
+    ``timeout_s``: the store is down, not the shard damaged."""
+
+
+class RangesNotSupportedError(ShardReadError):
+    """The server answers a byte-range request with the whole file (HTTP 200, not 206 Partial Content).
+
+    Random access (and the index scan) would then move the whole shard for every chunk; the reader refuses
+    at the first such answer instead.
+    """
+
+
+class RetryPolicy(NamedTuple):
+    """How long remote reads wait out transient errors (network, timeout, HTTP 5xx or 429).
+
+    The n-th wait (from 0) is ``min(max_backoff_s, backoff_s * 2 ** n)`` times a random factor in
+    ``[0.5, 1]`` (jitter: the processes of a job do not retry in step); the waits stop when
+    ``timeout_s`` has passed since the first failure, or after ``retries`` retries when that is set.
+
+    Attributes:
+        timeout_s: the longest total wait for one request, in seconds (600: a few minutes of outage).
+        backoff_s: the first wait.
+        max_backoff_s: the longest single wait.
+        retries: an optional cap on the count of retries (None: ``timeout_s`` alone bounds them).
+    """
+    timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
+    backoff_s: float = DEFAULT_BACKOFF_S
+    max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
+    retries: Optional[int] = DEFAULT_RETRIES
+
+    def delay(self, step: int) -> float:
+        """The wait before retry ``step`` (0 for the first), jitter included."""
+        return min(self.max_backoff_s, self.backoff_s * 2 ** min(step, 60)) * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 # Where a URL points ------------------------------------------------------------------------------------
@@ -256,9 +310,16 @@ def _hf_fetch(hf: HfPath, start: Optional[int] = None, end: Optional[int] = None
         headers['Range'] = f'bytes={start}-{end - 1}'
     url = hf_hub_url(hf.repo_id, hf.path_in_repo, repo_type=hf.repo_type, revision=hf.revision,
                      endpoint=_hf_endpoint())
-    response = get_session().get(url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT)
-    hf_raise_for_status(response)
-    return response.content
+    ranged = start is not None
+    response = get_session().get(url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT, stream=ranged)
+    try:
+        hf_raise_for_status(response)
+        length = response.headers.get('Content-Length')
+        if ranged and response.status_code != 206 and not (start == 0 and length and int(length) <= end):
+            raise _no_ranges(url, response.status_code)
+        return response.content
+    finally:
+        response.close()
 
 
 # Errors and retries -------------------------------------------------------------------------------------
@@ -324,14 +385,20 @@ def _brief(err: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
-def _with_retries(url: str, call: Callable[[], Any], retries: int, backoff_s: float) -> Any:
-    """``call()``, again after a transient error (network, timeout, HTTP 5xx/429) with exponential backoff.
+def _with_retries(url: str, call: Callable[[], Any], retry: Optional[RetryPolicy] = None,
+                  quiet: bool = False) -> Any:
+    """``call()``, again after a transient error (network, timeout, HTTP 5xx/429), with the back-off of
+    ``retry`` (default :data:`DEFAULT_RETRY`); each wait logs one line unless ``quiet``.
 
     Raises:
-        ShardReadError: a permanent error, or a transient one that outlived the retries.
+        ShardReadError: a permanent error (at once).
+        ShardUnavailableError: a transient error that lasted past ``retry.timeout_s``.
         _BeyondEnd: the range starts past the end of the file.
     """
-    for attempt in range(retries + 1):
+    retry = retry or DEFAULT_RETRY
+    deadline = None
+    step = 0
+    while True:
         try:
             return call()
         except ShardReadError:
@@ -340,17 +407,29 @@ def _with_retries(url: str, call: Callable[[], Any], retries: int, backoff_s: fl
             permanent = _permanent(url, err)
             if permanent is not None:
                 raise permanent from err
-            if attempt == retries:
-                raise ShardReadError(url, f'{_brief(err)} ({retries + 1} tries). Check the network and the '
-                                          f'store, then resume the run (--resume).') from err
-            time.sleep(backoff_s * 2 ** attempt)
+            now = time.monotonic()
+            if deadline is None:
+                deadline, first = now + retry.timeout_s, now
+            left = deadline - now
+            if left <= 0 or (retry.retries is not None and step >= retry.retries):
+                raise ShardUnavailableError(
+                    url, f'{_brief(err)} ({step + 1} tries over {now - first:.0f} s; retry_timeout='
+                         f'{retry.timeout_s:g}). Check the network and the store, then resume the run (--resume).'
+                ) from err
+            delay = min(retry.delay(step), left)
+            if not quiet:
+                print_log(f'{url}: {_brief(err, 100)}; trying again in {delay:.1f} s (waited {now - first:.0f} s '
+                          f'of retry_timeout={retry.timeout_s:g})', logger='current', level=logging.WARNING)
+            time.sleep(delay)
+            step += 1
 
 
-def _hf_call(url: str, hf: HfPath, call: Callable[[], Any], retries: int, backoff_s: float) -> Any:
+def _hf_call(url: str, hf: HfPath, call: Callable[[], Any], retry: Optional[RetryPolicy] = None,
+             quiet: bool = False) -> Any:
     """:func:`_with_retries` for the hub: a hub that cannot be reached is the error that says how to
     download the repository."""
     try:
-        return _with_retries(url, call, retries, backoff_s)
+        return _with_retries(url, call, retry, quiet)
     except ShardReadError as err:
         cause = err.__cause__
         if cause is not None and _status(cause) is None and isinstance(cause, _transient_errors()):
@@ -358,11 +437,67 @@ def _hf_call(url: str, hf: HfPath, call: Callable[[], Any], retries: int, backof
         raise
 
 
+def _no_ranges(url: str, status: int) -> RangesNotSupportedError:
+    return RangesNotSupportedError(
+        url, f'the server answers a byte-range request with HTTP {status} and the whole file, not 206 '
+             f'Partial Content.\nServe the shards from a server with Range support (docs/data.md#remote-shards), '
+             f'or download them and point data_root at the local folder.')
+
+
+def _http_range(fs, path: str, url: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of an http(s) file, one GET with a ``Range`` header whose answer must be
+    ``206`` (or ``200`` with no more than the range: a file that ends inside it). A ``200`` with the whole
+    file is refused before its body is read."""
+    from fsspec.asyn import sync
+
+    async def get():
+        session = await fs.set_session()
+        kwargs = dict(fs.kwargs)
+        headers = dict(kwargs.pop('headers', None) or {})
+        headers['Range'] = f'bytes={start}-{end - 1}'
+        async with session.get(fs.encode_url(path), headers=headers, **kwargs) as response:
+            if response.status == 404:
+                raise FileNotFoundError(url)
+            response.raise_for_status()  # aiohttp's error, with the status _permanent sorts
+            length = response.content_length
+            if response.status != 206 and not (start == 0 and length is not None and length <= end - start):
+                raise _no_ranges(url, response.status)
+            return await response.read()
+    return sync(fs.loop, get)
+
+
+def _fetch_range(url: str, start: int, end: int, retry: Optional[RetryPolicy] = None,
+                 quiet: bool = False) -> bytes:
+    """Bytes ``[start, end)`` of a remote file (fewer at its end): one range request, plus retries.
+
+    Raises:
+        RangesNotSupportedError: the store answered with more than the range (it ignores ``Range``).
+        ShardReadError: as :func:`_with_retries`.
+    """
+    try:
+        if _is_hf(url):
+            hf = resolve_hf_url(url)
+            data = _hf_call(url, hf, lambda: _hf_fetch(hf, start, end), retry, quiet)
+        else:
+            fs, path = _fsspec(url)
+            if _protocol(url) in ('http', 'https'):
+                data = _with_retries(url, lambda: _http_range(fs, path, url, start, end), retry, quiet)
+            else:
+                data = _with_retries(url, lambda: fs.cat_file(path, start=start, end=end), retry, quiet)
+    except _BeyondEnd:
+        return b''
+    if len(data) > end - start:  # a store that ignores the range: refused before a second such transfer
+        raise _no_ranges(url, 200)
+    return data
+
+
 #: This process's fsspec file systems, by protocol. They are made with ``skip_instance_cache`` so that this
-#: module alone holds them, and decides what a forked child does with them (:func:`_after_fork_in_child`).
+#: module alone holds them, and decides what a forked child does with them (:func:`_after_fork_in_child`,
+#: installed with the first of them and kept while the process holds them).
 _FILE_SYSTEMS: Dict[str, Any] = {}
 #: A forked child's copies of its parent's file systems: kept, never used, never closed.
 _INHERITED: List[Any] = []
+_FORK_HOOK = 'vit_plugin.datasets.shard_files:_after_fork_in_child'
 
 
 def _after_fork_in_child() -> None:
@@ -378,10 +513,6 @@ def _after_fork_in_child() -> None:
     _FILE_SYSTEMS.clear()
 
 
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def _fsspec(url: str):
     """(file system, path) of a remote, non-hf URL."""
     import fsspec
@@ -391,7 +522,9 @@ def _fsspec(url: str):
         protocol = fsspec.core.split_protocol(url)[0]
         fs = _FILE_SYSTEMS.get(protocol)
         if fs is None:
-            fs = _FILE_SYSTEMS[protocol] = fsspec.filesystem(protocol, skip_instance_cache=True)
+            fs = fsspec.filesystem(protocol, skip_instance_cache=True)
+            runtime.install_fork_hook(_FORK_HOOK, _after_fork_in_child)
+            _FILE_SYSTEMS[protocol] = fs
         return fs, fsspec.core.strip_protocol(url)
     except ImportError as err:
         raise ShardReadError(url, f'{err}') from None
@@ -457,7 +590,7 @@ def _list_local(url: str, folder: str) -> List[Tuple[str, Optional[dict]]]:
     return entries
 
 
-def _list_hf(url: str) -> List[Tuple[str, Optional[dict]]]:
+def _list_hf(url: str, retry: Optional[RetryPolicy]) -> List[Tuple[str, Optional[dict]]]:
     hf = resolve_hf_url(url)
     fs = _hf_fs()
 
@@ -465,10 +598,11 @@ def _list_hf(url: str) -> List[Tuple[str, Optional[dict]]]:
         fs.invalidate_cache()
         return fs.ls(_hf_fs_path(hf), detail=True)
     return [(posixpath.basename(item['name']), _hf_fingerprint(item['size'], item.get('lfs'), item.get('blob_id')))
-            for item in _hf_call(url, hf, ls, DEFAULT_RETRIES, DEFAULT_BACKOFF_S) if item['type'] == 'file']
+            for item in _hf_call(url, hf, ls, retry) if item['type'] == 'file']
 
 
-def list_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> FolderListing:
+def list_folder(url: str, suffixes: Sequence[str] = ('.tar',), retry: Optional[RetryPolicy] = None
+                ) -> FolderListing:
     """The shards (files ending with one of ``suffixes``) and the compressed tars directly in a folder.
 
     Remotely this is one listing call; the fingerprints come with it where the store lists sizes (s3, gs,
@@ -486,7 +620,7 @@ def list_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> FolderListing:
         try:
             if hub_offline():
                 raise _hf_unavailable(url, hf, 'HF_HUB_OFFLINE is set')
-            entries = _list_hf(url)
+            entries = _list_hf(url, retry)
         except HubOfflineError:
             cached = hf_cached_path(hf)
             if cached is None or not osp.isdir(cached):
@@ -498,7 +632,7 @@ def list_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> FolderListing:
         def ls():
             fs.invalidate_cache(path)
             return fs.ls(path, detail=True)
-        for item in _with_retries(url, ls, DEFAULT_RETRIES, DEFAULT_BACKOFF_S):
+        for item in _with_retries(url, ls, retry):
             if item.get('type') != 'directory' and not item['name'].endswith('/'):
                 name = urllib.parse.unquote(posixpath.basename(item['name'].rstrip('/')))
                 entries.append((name, _remote_fingerprint(item)))
@@ -508,21 +642,22 @@ def list_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> FolderListing:
     return FolderListing(shards, sorted(name for name, _ in entries if is_compressed_tar(name)), fingerprints)
 
 
-def list_shards_in_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> List[str]:
+def list_shards_in_folder(url: str, suffixes: Sequence[str] = ('.tar',),
+                          retry: Optional[RetryPolicy] = None) -> List[str]:
     """The sorted names (relative to ``url``) of the files directly in a folder that end with ``suffixes``.
 
     Compressed tars are not among them (``.tar.gz`` does not end with ``.tar``); :func:`list_folder` or
     :func:`compressed_tars_in_folder` name them, for an error that says to decompress them first.
     """
-    return list_folder(url, suffixes).shards
+    return list_folder(url, suffixes, retry).shards
 
 
-def compressed_tars_in_folder(url: str) -> List[str]:
+def compressed_tars_in_folder(url: str, retry: Optional[RetryPolicy] = None) -> List[str]:
     """The sorted names of the compressed tars (:data:`COMPRESSED_TAR_SUFFIXES`) directly in a folder."""
-    return list_folder(url, ()).compressed
+    return list_folder(url, (), retry).compressed
 
 
-def fingerprint(url: str) -> dict:
+def fingerprint(url: str, retry: Optional[RetryPolicy] = None) -> dict:
     """What identifies the current content of the file at ``url`` (JSON-serialisable, compare with ``==``).
 
     Local: ``{'size', 'mtime_ns'}``. Remote: ``{'size'}`` plus what the store gives (ETag, Last-Modified,
@@ -537,8 +672,7 @@ def fingerprint(url: str) -> dict:
             return _cached_hf_fingerprint(cached)
         hf = resolve_hf_url(url)
         fs = _hf_fs()
-        info = _hf_call(url, hf, lambda: fs.info(_hf_fs_path(hf), refresh=True), DEFAULT_RETRIES,
-                        DEFAULT_BACKOFF_S)
+        info = _hf_call(url, hf, lambda: fs.info(_hf_fs_path(hf), refresh=True), retry)
         if info['type'] != 'file':
             raise ShardReadError(url, 'a folder, not a file.')
         return _hf_fingerprint(info['size'], info.get('lfs'), info.get('blob_id'))
@@ -556,25 +690,26 @@ def fingerprint(url: str) -> dict:
     def info():
         fs.invalidate_cache(path)
         return fs.info(path)
-    found = _remote_fingerprint(_with_retries(url, info, DEFAULT_RETRIES, DEFAULT_BACKOFF_S))
+    found = _remote_fingerprint(_with_retries(url, info, retry))
     if found is None:
         raise ShardReadError(url, 'the server gives no size (Content-Length); ranges cannot be read.')
     return found
 
 
-def fingerprints_in_folder(url: str, suffixes: Sequence[str] = ('.tar',)) -> Dict[str, dict]:
+def fingerprints_in_folder(url: str, suffixes: Sequence[str] = ('.tar',),
+                           retry: Optional[RetryPolicy] = None) -> Dict[str, dict]:
     """``{name: fingerprint}`` of the shards directly in a folder: one listing call where the store lists
     sizes and versions (local folders, s3, gs, the hub), plus one request per shard where it does not (a
     plain HTTP index page)."""
-    listing = list_folder(url, suffixes)
+    listing = list_folder(url, suffixes, retry)
     out = dict(listing.fingerprints)
     for name in listing.shards:
         if name not in out:
-            out[name] = fingerprint(join_url(url, name))
+            out[name] = fingerprint(join_url(url, name), retry)
     return out
 
 
-def read_small_file(url: str) -> Optional[bytes]:
+def read_small_file(url: str, retry: Optional[RetryPolicy] = None) -> Optional[bytes]:
     """The whole content of a small file (e.g. ``_info.json``), None when it does not exist.
 
     Raises:
@@ -590,7 +725,7 @@ def read_small_file(url: str) -> Optional[bytes]:
             return None  # the repository is cached, this file is not part of it
         if cached is None:
             try:
-                return _hf_call(url, hf, lambda: _hf_fetch(hf), DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
+                return _hf_call(url, hf, lambda: _hf_fetch(hf), retry)
             except ShardNotFoundError:
                 return None
         url, path = cached, cached
@@ -606,20 +741,21 @@ def read_small_file(url: str) -> Optional[bytes]:
             raise ShardReadError(url, f'{err.strerror}.') from None
     fs, fs_path = _fsspec(url)
     try:
-        return _with_retries(url, lambda: fs.cat_file(fs_path), DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
+        return _with_retries(url, lambda: fs.cat_file(fs_path), retry)
     except ShardNotFoundError:
         return None
 
 
-def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES):
+def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES, retry: Optional[RetryPolicy] = None):
     """A seekable binary file over the shard at ``url``, for :mod:`tarfile` to read its headers in order.
 
-    Local (and cached hf://) files are opened plainly. Remote files are fsspec files with a read-ahead
-    cache of ``block_bytes``: each request fetches that much past the position read, and forward seeks
-    inside it cost nothing, so a scan costs about ``size / block_bytes`` requests.
+    Local (and cached hf://) files are opened plainly. A remote file is read in byte ranges of at least
+    ``block_bytes`` from the position read (a read-ahead block: forward seeks inside it cost nothing), so a
+    scan costs about ``size / block_bytes`` requests, each retried as ``retry`` says.
 
     Raises:
         ShardReadError: the file does not exist or cannot be opened.
+        RangesNotSupportedError: the server answers a range request with the whole file.
     """
     path = None
     if _is_hf(url):
@@ -634,15 +770,49 @@ def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES):
                                  ) from None
         except OSError as err:
             raise ShardReadError(url, f'{err.strerror}.') from None
-    if _is_hf(url):
-        fs, fs_path = _hf_fs(), _hf_fs_path(resolve_hf_url(url))
-    else:
-        fs, fs_path = _fsspec(url)
-    def open_file():
-        return fs.open(fs_path, 'rb', block_size=block_bytes, cache_type='readahead')
-    if _is_hf(url):
-        return _hf_call(url, resolve_hf_url(url), open_file, DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
-    return _with_retries(url, open_file, DEFAULT_RETRIES, DEFAULT_BACKOFF_S)
+    return _RangeFile(url, int(fingerprint(url, retry)['size']), block_bytes, retry)
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only, seekable file over a remote file of ``size`` bytes, read in ranges of at least
+    ``block_bytes`` (:func:`_fetch_range`); the last range read is kept."""
+
+    def __init__(self, url: str, size: int, block_bytes: int, retry: Optional[RetryPolicy]):
+        super().__init__()
+        self.url, self.size, self.block_bytes, self.retry = url, size, max(1, int(block_bytes)), retry
+        self.name = url
+        self._pos, self._start, self._data = 0, 0, b''
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self.size + pos
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self._pos + n)
+        if end <= self._pos:
+            return b''
+        if not (self._start <= self._pos and end <= self._start + len(self._data)):
+            stop = min(self.size, max(end, self._pos + self.block_bytes))
+            self._start, self._data = self._pos, _fetch_range(self.url, self._pos, stop, self.retry)
+            if len(self._data) != stop - self._pos:
+                raise _truncated(self.url, self._pos, stop - self._pos, self._pos + len(self._data))
+        out = self._data[self._pos - self._start:end - self._start]
+        self._pos += len(out)
+        return out
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 # Random access ---------------------------------------------------------------------------------------------
@@ -708,16 +878,25 @@ class ShardReader:
             transfer (16 MiB: ~0.13 s at 1 Gbit/s against ~20 ms of latency), small enough to hold a few.
         readahead_chunks: chunks fetched ahead of the one touched (0: none).
         max_open_files: descriptors kept open per process (shards and chunk files).
-        retries: tries after the first on a transient error; backoff_s doubles after each.
+        retry_timeout: the longest wait, in seconds, for one request through transient errors (an outage,
+            throttling): exponential back-off with jitter from ``backoff_s`` up to ``max_backoff_s`` per
+            step (:class:`RetryPolicy`), one log line per step.
+        retries: an optional cap on the retries of one request (None: ``retry_timeout`` alone bounds them).
+        backoff_s: the first wait; each next one doubles, up to ``max_backoff_s``.
     """
 
     def __init__(self, cache_dir: Optional[str] = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, readahead_chunks: int = DEFAULT_READAHEAD_CHUNKS,
-                 max_open_files: int = 32, retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S):
-        if chunk_bytes <= 0 or readahead_chunks < 0 or max_open_files < 1 or retries < 0:
+                 max_open_files: int = 32, retries: Optional[int] = DEFAULT_RETRIES,
+                 backoff_s: float = DEFAULT_BACKOFF_S, retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
+                 max_backoff_s: float = DEFAULT_MAX_BACKOFF_S):
+        if chunk_bytes <= 0 or readahead_chunks < 0 or max_open_files < 1 or (retries is not None and retries < 0):
             raise ValueError(f'ShardReader: chunk_bytes={chunk_bytes}, readahead_chunks={readahead_chunks}, '
                              f'max_open_files={max_open_files}, retries={retries}: use positive sizes and '
-                             f'counts (readahead_chunks and retries may be 0)')
+                             f'counts (readahead_chunks and retries may be 0, retries None)')
+        if retry_timeout < 0 or backoff_s < 0 or max_backoff_s < 0:
+            raise ValueError(f'ShardReader: retry_timeout={retry_timeout}, backoff_s={backoff_s}, max_backoff_s='
+                             f'{max_backoff_s}: use seconds >= 0')
         if cache_bytes < chunk_bytes * (readahead_chunks + 2):
             raise ValueError(f'ShardReader: cache_bytes={cache_bytes} holds fewer than readahead_chunks + 2 '
                              f'chunks of {chunk_bytes} bytes; raise cache_bytes or lower chunk_bytes')
@@ -726,9 +905,16 @@ class ShardReader:
         self.chunk_bytes = int(chunk_bytes)
         self.readahead_chunks = int(readahead_chunks)
         self.max_open_files = int(max_open_files)
-        self.retries = int(retries)
+        self.retries = None if retries is None else int(retries)
         self.backoff_s = float(backoff_s)
+        self.retry_timeout = float(retry_timeout)
+        self.max_backoff_s = float(max_backoff_s)
         self._state_: Optional[_ProcessState] = None
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """This reader's :class:`RetryPolicy` (also what the index build of its dataset uses)."""
+        return RetryPolicy(self.retry_timeout, self.backoff_s, self.max_backoff_s, self.retries)
 
     # Pickling: the settings only.
     def __getstate__(self):
@@ -740,7 +926,8 @@ class ShardReader:
 
     def __repr__(self):
         return (f'ShardReader(cache_dir={self.cache_dir!r}, cache_bytes={self.cache_bytes}, '
-                f'chunk_bytes={self.chunk_bytes}, readahead_chunks={self.readahead_chunks})')
+                f'chunk_bytes={self.chunk_bytes}, readahead_chunks={self.readahead_chunks}, '
+                f'retry_timeout={self.retry_timeout:g})')
 
     def __enter__(self):
         return self
@@ -835,7 +1022,7 @@ class ShardReader:
         if given is not None:
             return given
         if url not in state.fingerprints:
-            state.fingerprints[url] = fingerprint(url)
+            state.fingerprints[url] = fingerprint(url, self.retry)
         return state.fingerprints[url]
 
     def chunk_folder(self, url: str, fp: dict) -> str:
@@ -925,13 +1112,18 @@ class ShardReader:
             if owner:
                 future = state.inflight[path] = concurrent.futures.Future()
         if not owner:
-            return future.result()
+            try:
+                return future.result()
+            except Exception:  # noqa: BLE001 (a read-ahead's single try failed: this read tries with its retries)
+                if background:
+                    return path
+                return self._ensure_chunk(state, url, folder, chunk, size)
         try:
             try:
                 with _FileLock(path + '.lock'):  # the other processes of the node wait for this one's fetch
                     if not osp.exists(path):
                         start = chunk * self.chunk_bytes
-                        data = self._fetch(url, start, min(size, start + self.chunk_bytes))
+                        data = self._fetch(url, start, min(size, start + self.chunk_bytes), background)
                         _write_atomically(path, data)
                         with state.account_lock:
                             self._account(len(data), keep=path)
@@ -950,20 +1142,11 @@ class ShardReader:
             with state.lock:
                 state.inflight.pop(path, None)
 
-    def _fetch(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a remote file, one request (plus retries)."""
-        try:
-            if _is_hf(url):
-                hf = resolve_hf_url(url)
-                data = _hf_call(url, hf, lambda: _hf_fetch(hf, start, end), self.retries, self.backoff_s)
-            else:
-                fs, path = _fsspec(url)
-                data = _with_retries(url, lambda: fs.cat_file(path, start=start, end=end), self.retries,
-                                     self.backoff_s)
-        except _BeyondEnd:
-            data = b''
-        if len(data) > end - start:  # a server that ignores Range sends the whole file
-            data = data[start:end]
+    def _fetch(self, url: str, start: int, end: int, background: bool = False) -> bytes:
+        """Bytes ``[start, end)`` of a remote file, one range request, plus the retries of :attr:`retry` (a
+        read-ahead's fetch tries once, quietly: the read that needs the chunk waits out an outage)."""
+        retry = self.retry._replace(retries=0) if background else self.retry
+        data = _fetch_range(url, start, end, retry, quiet=background)
         if len(data) != end - start:
             raise _truncated(url, start, end - start, start + len(data))
         return data
@@ -991,7 +1174,8 @@ class ShardReader:
 
 def _truncated(url: str, offset: int, length: int, available: int) -> ShardReadError:
     return ShardReadError(url, f'truncated: bytes {offset}-{offset + length} were asked for, the file ends at '
-                               f'{available}. Re-download the shard, then rebuild the index.')
+                               f'{available}. Download the shard again: a changed shard is indexed again '
+                               f'at the next start (docs/data.md#the-index).')
 
 
 def _cache_error(url: str, folder: str, err: OSError) -> ShardReadError:
@@ -1117,8 +1301,9 @@ def _evict(root: str, target: int, keep: str) -> int:
     return total
 
 
-__all__ = ['COMPRESSED_TAR_SUFFIXES', 'FolderListing', 'HfPath', 'HubOfflineError', 'ShardNotFoundError',
-           'ShardReadError', 'ShardReader',
+__all__ = ['COMPRESSED_TAR_SUFFIXES', 'DEFAULT_RETRY', 'FolderListing', 'HfPath', 'HubOfflineError',
+           'RangesNotSupportedError', 'RetryPolicy', 'ShardNotFoundError', 'ShardReadError', 'ShardReader',
+           'ShardUnavailableError',
            'compressed_tars_in_folder', 'default_cache_dir', 'fingerprint', 'fingerprints_in_folder',
            'hf_cached_path', 'hf_cached_snapshot', 'is_compressed_tar', 'is_remote', 'join_url', 'list_folder',
            'list_shards_in_folder', 'local_path', 'open_for_scan', 'read_small_file', 'resolve_hf_url']

@@ -25,18 +25,19 @@ headers (the image data is skipped, not read), and keeps them in one memory-mapp
 * **Bad input** stops the build with a :class:`TarIndexError` naming the shard, the key and the value: a
   missing, compressed, truncated or unreadable shard, a sample without an image or a label, a label
   that is not a number or lies outside ``[0, num_classes)``, a synset missing from the label space, a
-  shard whose sample count differs from the split file's.
+  shard whose sample count differs from the split file's. Every shard is scanned first: one error
+  lists each bad shard (up to :data:`MAX_LISTED`, with a count of the rest). A store that cannot be
+  reached, or ignores byte ranges, stops the build at once.
 
 docs/data.md tells how to get each format and which config reads it.
 """
-import gc
 import hashlib
 import json
 import multiprocessing
 import os
 import os.path as osp
 import re
-import signal
+import shlex
 import tarfile
 import time
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -44,10 +45,13 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 import numpy as np
 from mmengine.logging import print_log
 
+from vit_plugin import runtime
 from vit_plugin.datasets.array_file import SpooledArray, read_array_file, write_array_file
-from vit_plugin.datasets.shard_files import (ShardReadError, compressed_tars_in_folder, fingerprint,
-                                             fingerprints_in_folder, is_compressed_tar, is_remote, join_url,
-                                             list_shards_in_folder, local_path, open_for_scan, read_small_file)
+from vit_plugin.datasets.shard_files import (HubOfflineError, RangesNotSupportedError, RetryPolicy,
+                                             ShardReadError, ShardUnavailableError, compressed_tars_in_folder,
+                                             fingerprint, fingerprints_in_folder, is_compressed_tar, is_remote,
+                                             join_url, list_shards_in_folder, local_path, open_for_scan,
+                                             read_small_file)
 
 LAYOUTS = ('webdataset', 'tar_of_tars')
 LABEL_SOURCES = ('cls', 'json', 'synset')
@@ -58,8 +62,13 @@ FORMAT_VERSION = 1
 
 _BLOCK = 512
 _SYNSET = re.compile(r'n\d{8}')
-_COMPRESSION_MAGIC = ((b'\x1f\x8b', 'gzip', 'gunzip -k'), (b'BZh', 'bzip2', 'bunzip2 -k'),
-                      (b'\xfd7zXZ\x00', 'xz', 'unxz -k'), (b'\x28\xb5\x2f\xfd', 'zstd', 'unzstd'))
+#: (magic bytes, compression, the tool whose ``-dc`` writes the decompressed bytes to stdout)
+_COMPRESSION_MAGIC = ((b'\x1f\x8b', 'gzip', 'gzip'), (b'BZh', 'bzip2', 'bzip2'),
+                      (b'\xfd7zXZ\x00', 'xz', 'xz'), (b'\x28\xb5\x2f\xfd', 'zstd', 'zstd'))
+_SUFFIX_COMPRESSION = {'.tar.gz': 'gzip', '.tgz': 'gzip', '.tar.bz2': 'bzip2', '.tbz2': 'bzip2', '.tar.xz': 'xz',
+                       '.txz': 'xz', '.tar.zst': 'zstd', '.tar.zstd': 'zstd'}
+#: The most bad shards one error lists; it counts the rest.
+MAX_LISTED = 20
 _PROGRESS_S = 10.0
 
 
@@ -122,10 +131,11 @@ def expand_braces(pattern: str) -> List[str]:
     return [head + item + rest for item in items for rest in expand_braces(tail)]
 
 
-def _load_split_info(data_root: str) -> Tuple[Optional[dict], Optional[str]]:
+def _load_split_info(data_root: str, retry: Optional[RetryPolicy] = None
+                     ) -> Tuple[Optional[dict], Optional[str]]:
     for name in INFO_FILES:
         url = join_url(data_root, name)
-        raw = read_small_file(url)
+        raw = read_small_file(url, retry)
         if raw is None:
             continue
         try:
@@ -137,7 +147,7 @@ def _load_split_info(data_root: str) -> Tuple[Optional[dict], Optional[str]]:
 
 
 def resolve_shards(data_root: str, shards: Union[None, str, Sequence[str]] = None,
-                   split: Optional[str] = None) -> ShardList:
+                   split: Optional[str] = None, retry: Optional[RetryPolicy] = None) -> ShardList:
     """The shards a dataset reads.
 
     Args:
@@ -147,6 +157,7 @@ def resolve_shards(data_root: str, shards: Union[None, str, Sequence[str]] = Non
             one (``_info.json`` / ``info.json``), else every ``.tar`` of the folder whose name holds
             ``-<split>-`` or, without ``split``, every ``.tar`` of the folder.
         split (str, optional): The split's name in the split file (``train``, ``validation``).
+        retry (RetryPolicy, optional): How remote reads wait out an outage; default 600 s in all.
 
     Returns:
         ShardList: The folder, the names and, from a split file, the sample count of each shard.
@@ -154,7 +165,7 @@ def resolve_shards(data_root: str, shards: Union[None, str, Sequence[str]] = Non
     Raises:
         TarIndexError: No shard matches, a shard is compressed, or the split file lacks the split.
     """
-    info, info_url = _load_split_info(data_root)
+    info, info_url = _load_split_info(data_root, retry)
     counts_by_name: Dict[str, int] = {}
     if info is not None and split is not None:
         splits = info.get('splits', {})
@@ -171,30 +182,56 @@ def resolve_shards(data_root: str, shards: Union[None, str, Sequence[str]] = Non
     elif counts_by_name:
         names = list(counts_by_name)
     else:
-        found = list_shards_in_folder(data_root)
+        found = list_shards_in_folder(data_root, retry=retry)
         token = f'-{split}-' if split else ''
         names = [n for n in found if token in osp.basename(n)] if token else found
         if not names:
-            packed = compressed_tars_in_folder(data_root)
-            hint = (f'; it holds compressed tars ({", ".join(packed[:3])}): decompress them first'
-                    if packed else '')
+            packed = compressed_tars_in_folder(data_root, retry)
+            hint = (f'; it holds compressed tars ({", ".join(packed[:3])}): decompress them first, e.g. '
+                    f'`{_decompress_command(join_url(data_root, packed[0]))}`' if packed else '')
             raise TarIndexError(f'{data_root}: no .tar shard' + (f' with {token!r} in its name' if token else '')
                                 + f'{hint}. Set shards= (a brace pattern or a list) or data_root.')
     if not names:
         raise TarIndexError(f'{data_root}: the shard list is empty; set shards= to a brace pattern or a list')
     for name in names:
         if is_compressed_tar(name):
-            raise TarIndexError(_compressed_message(join_url(data_root, name), name.rsplit('.', 1)[-1]))
+            raise TarIndexError(_compressed_message(join_url(data_root, name)))
     counts = None
     if counts_by_name and all(osp.basename(n) in counts_by_name or n in counts_by_name for n in names):
         counts = tuple(counts_by_name.get(n, counts_by_name.get(osp.basename(n))) for n in names)
     return ShardList(data_root, tuple(names), counts, info_url if counts else None)
 
 
-def _compressed_message(url: str, kind: str) -> str:
-    tool = dict((k, t) for _, k, t in _COMPRESSION_MAGIC).get(kind, 'decompress')
-    return (f'{url} is {kind}-compressed, which allows no random access: decompress it first '
-            f'(e.g. `{tool} FILE`, or `pigz -dk` for gzip) and point the config at the .tar.')
+def _decompressed_name(name: str) -> str:
+    """``x.tar.gz`` / ``x.tgz`` -> ``x.tar``."""
+    suffix = next(s for s in _SUFFIX_COMPRESSION if name.lower().endswith(s))
+    return name[:-len(suffix)] + '.tar'
+
+
+def _decompress_command(url: str) -> str:
+    """The shell command that writes the ``.tar`` of the compressed tar at ``url`` beside it (of a local
+    copy, named by its file name, for a remote one)."""
+    path = local_path(url) if not is_remote(url) else url.rstrip('/').rpartition('/')[2]
+    kind = next(k for s, k in _SUFFIX_COMPRESSION.items() if path.lower().endswith(s))
+    return f'{kind} -dc {shlex.quote(path)} > {shlex.quote(_decompressed_name(path))}'
+
+
+def _compressed_message(url: str) -> str:
+    """For a shard named as a compressed tar (``.tar.gz``, ``.tgz``...)."""
+    where = '' if not is_remote(url) else ' (on a local copy, then upload the .tar)'
+    return (f'{url} is a compressed tar, which allows no random access: decompress it first{where}, e.g. '
+            f'`{_decompress_command(url)}`, and name the .tar in the config (shards=).')
+
+
+def _compressed_content_message(url: str, kind: str, tool: str) -> str:
+    """For a shard named ``.tar`` whose bytes are compressed."""
+    remote = is_remote(url)
+    path = url.rstrip('/').rpartition('/')[2] if remote else local_path(url)
+    raw = shlex.quote(path + '.raw')
+    command = f'{tool} -dc {shlex.quote(path)} > {raw} && mv {raw} {shlex.quote(path)}'
+    where = 'on a local copy, then upload it' if remote else 'in place'
+    return (f'{url} holds {kind}-compressed data under a .tar name, which allows no random access: '
+            f'decompress it first, {where}: `{command}`.')
 
 
 # ------------------------------------------------------------------------------------------ the scans
@@ -254,12 +291,15 @@ def _walk(tf: tarfile.TarFile, url: str, size: int, base: int = 0) -> Iterator[t
                             f'Download the shard again.')
 
 
-def _check_magic(f, url: str) -> None:
+def _check_magic(f, url: str, inner: bool = False) -> None:
     head = f.read(_BLOCK)
     f.seek(0)
-    for magic, kind, _ in _COMPRESSION_MAGIC:
+    for magic, kind, tool in _COMPRESSION_MAGIC:
         if head.startswith(magic):
-            raise TarIndexError(_compressed_message(url, kind))
+            if inner:
+                raise TarIndexError(f'{url}: a {kind}-compressed inner tar; decompress the inner tars and write '
+                                    f'the outer tar again')
+            raise TarIndexError(_compressed_content_message(url, kind, tool))
     if len(head) < _BLOCK:
         raise TarIndexError(f'{url}: {len(head)} bytes, not a tar archive (a tar has at least one 512-byte '
                             f'block); download the shard again.')
@@ -298,9 +338,9 @@ class _Scan:
         self.synsets: List[str] = []
 
 
-def _scan_webdataset(url: str, rule: LabelRule) -> _Scan:
+def _scan_webdataset(url: str, rule: LabelRule, retry: Optional[RetryPolicy] = None) -> _Scan:
     scan = _Scan()
-    with open_for_scan(url) as f:
+    with open_for_scan(url, retry=retry) as f:
         size = f.seek(0, 2)
         f.seek(0)
         _check_magic(f, url)
@@ -347,13 +387,13 @@ def _scan_webdataset(url: str, rule: LabelRule) -> _Scan:
     return scan
 
 
-def _scan_inner_tar(url: str, start: int, size: int, inner: str) -> _Scan:
+def _scan_inner_tar(url: str, start: int, size: int, inner: str, retry: Optional[RetryPolicy] = None) -> _Scan:
     scan = _Scan()
     synset = osp.splitext(osp.basename(inner))[0]
-    with open_for_scan(url) as f:
+    with open_for_scan(url, retry=retry) as f:
         window = _Window(f, start, size)
         where = f'{url}/{inner}'
-        _check_magic(window, where)
+        _check_magic(window, where, inner=True)
         tf = tarfile.open(fileobj=window, mode='r:')
         for member in _walk(tf, where, size):
             ext = member.name.rpartition('.')[2].lower()
@@ -367,10 +407,10 @@ def _scan_inner_tar(url: str, start: int, size: int, inner: str) -> _Scan:
     return scan
 
 
-def _inner_tars(url: str) -> List[Tuple[str, int, int]]:
+def _inner_tars(url: str, retry: Optional[RetryPolicy] = None) -> List[Tuple[str, int, int]]:
     """``(name, data offset, size)`` of every member of an outer tar; each must be a ``<synset>.tar``."""
     inner = []
-    with open_for_scan(url) as f:
+    with open_for_scan(url, retry=retry) as f:
         size = f.seek(0, 2)
         f.seek(0)
         _check_magic(f, url)
@@ -389,18 +429,44 @@ def _inner_tars(url: str) -> List[Tuple[str, int, int]]:
     return inner
 
 
-def _run_task(task: tuple) -> Tuple[int, _Scan]:
-    """One unit of the build, in a worker process: ``(position, scan)``."""
-    position, _, kind, url, args = task
+def _run_task(task: tuple) -> Tuple[int, Union[_Scan, TarIndexError]]:
+    """One unit of the build, in a worker process: ``(position, scan)``, or ``(position, error)`` for a bad
+    shard (the build goes on and reports them all).
+
+    Raises:
+        TarIndexError: the store cannot be reached (past the retry policy) or ignores byte ranges: every
+            other shard would fail the same way.
+    """
+    position, _, kind, url, args = task[:5]
+    retry = task[5] if len(task) > 5 else None
     try:
         if kind == 'shard':
-            return position, _scan_webdataset(url, args)
-        return position, _scan_inner_tar(url, *args)
+            return position, _scan_webdataset(url, args, retry)
+        return position, _scan_inner_tar(url, *args, retry)
+    except TarIndexError as err:
+        return position, err
+    except _STORE_ERRORS as err:
+        raise TarIndexError(f'{err}') from None
     except ShardReadError as err:
-        raise TarIndexError(f'{url}: cannot be read ({err.reason or err}); check the path and the permissions, '
-                            f'or download the shard again') from None
+        return position, TarIndexError(f'{url}: cannot be read ({err.reason or err}); check the path and the '
+                                       f'permissions, or download the shard again')
     except OSError as err:
-        raise TarIndexError(f'{url}: cannot be read ({err}); check the path and the permissions') from None
+        return position, TarIndexError(f'{url}: cannot be read ({err}); check the path and the permissions')
+
+
+#: Errors of the store, not of one shard: the build stops at the first.
+_STORE_ERRORS = (ShardUnavailableError, HubOfflineError, RangesNotSupportedError)
+
+
+def _all_problems(problems: List[str], base: str) -> TarIndexError:
+    """One error for every bad shard found (the first :data:`MAX_LISTED`, and a count of the rest)."""
+    if len(problems) == 1:
+        return TarIndexError(problems[0])
+    rest = len(problems) - MAX_LISTED
+    listing = '\n'.join(f'- {p}' for p in problems[:MAX_LISTED])
+    more = f'\n- and {rest:,} more' if rest > 0 else ''
+    return TarIndexError(f'{base}: {len(problems):,} bad shards (every shard was scanned); fix or replace each, '
+                         f'then start again:\n{listing}{more}')
 
 
 # ------------------------------------------------------------------------------------------- the index
@@ -428,27 +494,31 @@ def default_index_path(shards: ShardList, layout: str, rule: LabelRule, split: O
     return osp.join(default_index_dir(), name)
 
 
-def shard_fingerprints(shards: ShardList) -> List[dict]:
-    """The current fingerprint of every shard (one listing per remote folder); a missing shard raises
-    :class:`TarIndexError` naming it."""
+def shard_fingerprints(shards: ShardList, retry: Optional[RetryPolicy] = None) -> List[dict]:
+    """The current fingerprint of every shard (one listing per remote folder); missing shards raise one
+    :class:`TarIndexError` naming each."""
     listed: Dict[str, Dict[str, dict]] = {}
-    result = []
+    result, problems = [], []
     for i, name in enumerate(shards.names):
         url = shards.url(i)
         try:
             if is_remote(url):
                 folder, _, base = url.rpartition('/')
                 if folder not in listed:
-                    listed[folder] = fingerprints_in_folder(folder)
+                    listed[folder] = fingerprints_in_folder(folder, retry=retry)
                 found = listed[folder].get(base)
                 if found is None:
                     raise ShardReadError(url, 'no such file')
                 result.append(found)
             else:
-                result.append(fingerprint(url))
+                result.append(fingerprint(url, retry))
+        except _STORE_ERRORS:
+            raise
         except ShardReadError as err:
-            raise TarIndexError(f'{url}: missing or unreadable ({err.reason or err}); check data_root and the '
-                                f'shard names, or download the shard') from None
+            problems.append(f'{url}: missing or unreadable ({err.reason or err}); check data_root and the '
+                            f'shard names, or download the shard')
+    if problems:
+        raise _all_problems(problems, shards.base)
     return result
 
 
@@ -475,7 +545,8 @@ class TarShardIndex:
     @classmethod
     def open(cls, shards: ShardList, layout: str = 'webdataset', rule: LabelRule = LabelRule(),
              num_classes: Optional[int] = None, index_path: Optional[str] = None, split: Optional[str] = None,
-             workers: Optional[int] = None, rebuild: bool = False) -> 'TarShardIndex':
+             workers: Optional[int] = None, rebuild: bool = False,
+             retry: Optional[RetryPolicy] = None) -> 'TarShardIndex':
         """Open the index of ``shards``, building it when it is missing or a shard changed.
 
         Args:
@@ -488,6 +559,7 @@ class TarShardIndex:
             split (str, optional): Names the default index file.
             workers (int, optional): Processes that scan shards; default every core.
             rebuild (bool): Build even when the index is current.
+            retry (RetryPolicy, optional): How remote reads wait out an outage; default 600 s in all.
 
         Raises:
             TarIndexError: Bad input (see the module docstring); nothing is written then.
@@ -502,10 +574,10 @@ class TarShardIndex:
         path = index_path or default_index_path(shards, layout, rule, split)
         expect = {'kind': INDEX_KIND, 'version': FORMAT_VERSION, 'layout': layout, 'label': rule.describe(),
                   'base': shards.base, 'shards': list(shards.names),
-                  'fingerprints': shard_fingerprints(shards)}
+                  'fingerprints': shard_fingerprints(shards, retry)}
         found = None if rebuild else read_array_file(path, expect)
         if found is None:
-            _build(path, shards, layout, rule, expect, workers)
+            _build(path, shards, layout, rule, expect, workers, retry)
             found = read_array_file(path, expect)
             if found is None:
                 raise TarIndexError(f'{path}: the index changed while it was opened (a shard was replaced '
@@ -566,15 +638,27 @@ class TarShardIndex:
         return self  # read-only: sharing is a copy
 
 
-def _tasks(shards: ShardList, layout: str, rule: LabelRule) -> List[tuple]:
-    """The units of the build, in row order: ``(position, shard, kind, url, args)``."""
+def _tasks(shards: ShardList, layout: str, rule: LabelRule, retry: Optional[RetryPolicy] = None
+           ) -> Tuple[List[tuple], List[str]]:
+    """The units of the build, in row order: ``(position, shard, kind, url, args, retry)``; and the
+    problems of the outer tars that could not be listed."""
     if layout == 'webdataset':
-        return [(i, i, 'shard', shards.url(i), rule) for i in range(len(shards.names))]
-    tasks = []
+        return [(i, i, 'shard', shards.url(i), rule, retry) for i in range(len(shards.names))], []
+    tasks, problems = [], []
     for i in range(len(shards.names)):
-        for name, start, size in _inner_tars(shards.url(i)):
-            tasks.append((len(tasks), i, 'inner', shards.url(i), (start, size, name)))
-    return tasks
+        try:
+            inner = _inner_tars(shards.url(i), retry)
+        except TarIndexError as err:
+            problems.append(str(err))
+            continue
+        except _STORE_ERRORS as err:
+            raise TarIndexError(f'{err}') from None
+        except ShardReadError as err:
+            problems.append(f'{shards.url(i)}: cannot be read ({err.reason or err}); download it again')
+            continue
+        for name, start, size in inner:
+            tasks.append((len(tasks), i, 'inner', shards.url(i), (start, size, name), retry))
+    return tasks, problems
 
 
 def _scans(tasks: List[tuple], workers: int) -> Iterator[Tuple[int, _Scan]]:
@@ -586,9 +670,9 @@ def _scans(tasks: List[tuple], workers: int) -> Iterator[Tuple[int, _Scan]]:
     context = multiprocessing.get_context('fork')
     # Objects the collector never visits are never written to, so the workers share the parent's heap
     # pages instead of copying them (measured: 169 -> 11 MiB of private memory per worker).
-    gc.freeze()
-    try:
-        pool = context.Pool(workers, initializer=_default_stop_signals)
+    # The workers end under SIGTERM whatever handler the training process installed (pre-emption).
+    with runtime.frozen_heap():
+        pool = context.Pool(workers, initializer=runtime.default_stop_signals)
         try:
             yield from pool.imap(_run_task, tasks, chunksize=1)
         except BaseException:  # an error, Ctrl-C, or the consumer stopping early
@@ -598,22 +682,14 @@ def _scans(tasks: List[tuple], workers: int) -> Iterator[Tuple[int, _Scan]]:
             pool.close()  # every task done: the workers leave on their own
         finally:
             pool.join()
-    finally:
-        gc.unfreeze()
-
-
-def _default_stop_signals() -> None:
-    """A forked worker inherits the parent's Python signal handlers: a training process's pre-emption
-    handler (which only records SIGTERM) would make the pool's ``terminate`` wait for it forever."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the pool
 
 
 def _build(path: str, shards: ShardList, layout: str, rule: LabelRule, fields: dict,
-           workers: Optional[int]) -> None:
+           workers: Optional[int], retry: Optional[RetryPolicy] = None) -> None:
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tasks = _tasks(shards, layout, rule)
+    tasks, problems = _tasks(shards, layout, rule, retry)
+    bad_shards = set()
     workers = workers or os.cpu_count() or 1
     spooled = {'names': SpooledArray(np.uint8, folder), 'name_offsets': SpooledArray(np.int64, folder),
                'offsets': SpooledArray(np.int64, folder), 'sizes': SpooledArray(np.int64, folder),
@@ -628,16 +704,22 @@ def _build(path: str, shards: ShardList, layout: str, rule: LabelRule, fields: d
               f'(once; the index goes to {path})', logger='current')
     try:
         for done, (position, scan) in enumerate(_scans(tasks, workers), 1):
-            _, shard, _, url, _ = tasks[position]
+            _, shard, _, url, _ = tasks[position][:5]
+            if isinstance(scan, TarIndexError):  # a bad shard: noted, and the others scanned
+                problems.append(str(scan))
+                bad_shards.add(shard)
+                continue
             n = len(scan.names)
             if rule.source == 'synset':
                 if listed is not None:
                     labels = [listed.get(s, -1) for s in scan.synsets]
                     if -1 in labels:
                         at = labels.index(-1)
-                        raise TarIndexError(f'{url}, sample {scan.names[at].decode()!r}: synset {scan.synsets[at]} '
-                                            f'is not in the label space ({len(rule.synsets):,} classes); choose '
-                                            f'the label space of this release')
+                        problems.append(f'{url}, sample {scan.names[at].decode()!r}: synset {scan.synsets[at]} '
+                                        f'is not in the label space ({len(rule.synsets):,} classes); choose '
+                                        f'the label space of this release')
+                        bad_shards.add(shard)
+                        continue
                 else:  # provisional numbers in order of appearance, sorted at the end
                     labels = [synset_ids.setdefault(s, len(synset_ids)) for s in scan.synsets]
             else:
@@ -658,9 +740,11 @@ def _build(path: str, shards: ShardList, layout: str, rule: LabelRule, fields: d
                           f'{last - started:.0f} s, about {(len(tasks) - done) / rate:.0f} s left', logger='current')
         if shards.counts is not None:
             for i, (have, want) in enumerate(zip(shard_counts, shards.counts)):
-                if have != want:
-                    raise TarIndexError(f'{shards.url(i)}: {have:,} samples, but {shards.info_file} says {want:,}; '
-                                        f'the shard is truncated or replaced: download it again')
+                if have != want and i not in bad_shards:
+                    problems.append(f'{shards.url(i)}: {have:,} samples, but {shards.info_file} says {want:,}; '
+                                    f'the shard is truncated or replaced: download it again')
+        if problems:
+            raise _all_problems(problems, shards.base)
         if total == 0:
             raise TarIndexError(f'{shards.base}: the shards hold no sample; check data_root and shards')
         synsets = rule.synsets

@@ -269,6 +269,27 @@ class LoadAndInceptionCrop(BaseTransform):
                 f'max_pixels={self.max_pixels})')
 
 
+#: mmengine's ``FileClient`` names of backends and URI prefixes, as ``backend_args`` name the backends.
+_FILE_CLIENT_BACKENDS = {'disk': 'local'}
+_FILE_CLIENT_PREFIXES = {'s3': 'petrel', 'petrel': 'petrel', 'http': 'http', 'https': 'http'}
+
+
+def backend_args_of(file_client_args: dict) -> Optional[dict]:
+    """mmengine's ``backend_args`` for the same storage as ``file_client_args`` (``FileClient``'s arguments).
+
+    ``backend='disk'`` becomes ``'local'``; a ``prefix`` names its backend (``'s3'`` is petrel's), and the
+    other arguments (``path_mapping``...) are kept. ``fileio.get`` reads through the backend without the
+    deprecated ``FileClient`` and its warnings.
+    """
+    args = dict(file_client_args)
+    prefix = args.pop('prefix', None)
+    if 'backend' in args:
+        args['backend'] = _FILE_CLIENT_BACKENDS.get(args['backend'], args['backend'])
+    elif prefix is not None:
+        args['backend'] = _FILE_CLIENT_PREFIXES.get(prefix, prefix)
+    return args or None
+
+
 def _check_max_pixels(max_pixels) -> None:
     if max_pixels is not None and (not isinstance(max_pixels, int) or max_pixels <= 0):
         raise ValueError(f'max_pixels must be a positive int or None (no limit), got {max_pixels!r}')
@@ -295,7 +316,9 @@ class LoadImageFromFile(MMCVLoadImageFromFile):
             'grayscale_ignore_orientation' (mmcv's names). Defaults to 'color'.
         imdecode_backend (str): 'cv2' or 'pillow' (GIF and TIFF are always read by Pillow). mmcv's
             'turbojpeg' and 'tifffile' are refused: their output is not checked. Defaults to 'cv2'.
-        file_client_args (dict, optional): Deprecated in mmcv, as there. Defaults to None.
+        file_client_args (dict, optional): The older spelling of ``backend_args`` (mmengine's
+            ``FileClient`` arguments), read as ``backend_args`` (:func:`backend_args_of`), so that no
+            ``FileClient`` is made. Not together with ``backend_args``. Defaults to None.
         ignore_empty (bool): Must stay False: mmcv's True makes the dataset replace any unreadable
             file by a random other one, silently. ``vit_plugin.SkipBadSamples`` replaces bad files
             deterministically, logs and counts them, and stops past a limit.
@@ -318,8 +341,13 @@ class LoadImageFromFile(MMCVLoadImageFromFile):
             raise ValueError(f'imdecode_backend must be one of {decode.BACKENDS}, got {imdecode_backend!r} '
                              f"(use mmcv's LoadImageFromFile for other backends; their files are not checked)")
         _check_max_pixels(max_pixels)
+        if file_client_args is not None:
+            if backend_args is not None:
+                raise ValueError('vit_plugin.LoadImageFromFile: give backend_args or file_client_args (its older '
+                                 'spelling), not both.')
+            backend_args = backend_args_of(file_client_args)
         super().__init__(to_float32=to_float32, color_type=color_type, imdecode_backend=imdecode_backend,
-                         file_client_args=file_client_args, ignore_empty=False, backend_args=backend_args)
+                         ignore_empty=False, backend_args=backend_args)
         self.max_pixels = max_pixels
 
     def transform(self, results: dict) -> dict:
@@ -327,9 +355,7 @@ class LoadImageFromFile(MMCVLoadImageFromFile):
             return results
         filename = results['img_path']
         data = results.pop('img_bytes', None)  # a sample read from a tar shard brings its bytes
-        if data is None and self.file_client_args is not None:
-            data = fileio.FileClient.infer_client(self.file_client_args, filename).get(filename)
-        elif data is None:
+        if data is None:
             data = fileio.get(filename, backend_args=self.backend_args)
         img = decode.decode_image(data, filename, self.color_type, self.imdecode_backend, self.max_pixels)
         if self.to_float32:

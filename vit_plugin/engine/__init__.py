@@ -5,4 +5,5 @@ from .global_batch import apply_global_batch_size, world_size_from_env  # noqa: 
 from .loops import IterBasedTrainLoop, ResumableDataloaderIterator  # noqa: F401
 from . import optimizers  # noqa: F401
 from .preemption import EXIT_PREEMPTED, PreemptionHook, TrainingPreempted  # noqa: F401
+from .plan import RunEnv, RunPlan, plan_run  # noqa: F401
 from .runner import FlexibleRunner, Runner, prepare_run  # noqa: F401

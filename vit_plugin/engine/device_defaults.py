@@ -1,8 +1,10 @@
 """What a GPU user expects without asking: fused optimizers, TF32 matmuls, pinned loader memory.
 
-:func:`apply_device_defaults` is applied by ``vit_plugin.Runner`` (:mod:`vit_plugin.engine.runner`) to
-the config, before mmengine's runner is built, in every process. Each default yields to the config: a
-key the config sets is left alone, so every choice below can be overridden with ``--cfg-options``.
+:func:`plan_device_defaults` is a step of the run plan (:mod:`vit_plugin.engine.plan`), which every
+entry point applies to the config before mmengine's runner is built, in every process;
+:func:`apply_device_defaults` applies this step alone. Each default yields to the config: a key the
+config sets is left alone, so every choice below can be overridden with ``--cfg-options``; the one
+exception is pinned memory on a host without a GPU, which has no meaning there.
 
 * **Optimizer kernels.** torch's Adam, AdamW and SGD get ``fused=True`` on CUDA: one kernel per
   parameter group instead of a dozen per tensor, no parameter-sized temporaries, and the
@@ -20,12 +22,19 @@ key the config sets is left alone, so every choice below can be overridden with 
   settings must not be mixed with them in the same process (torch then refuses to report the
   precision).
 * **Pinned memory.** Data loaders without a ``pin_memory`` key pin their batches on CUDA hosts, so
-  the copy to the GPU is asynchronous; ``--no-pin-memory`` turns it off.
+  the copy to the GPU is asynchronous; ``--no-pin-memory`` turns it off. On a host without a GPU
+  (the CPU, an XLA device other than a GPU) every loader gets ``pin_memory=False``: torch pins nothing
+  there and warns about a loader that asks (mmpretrain's ``tools/train.py`` asks by default).
 """
 import warnings
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
+
+from .config_edits import ConfigEdits
+
+#: The data loaders of a config.
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 #: torch optimizers with a fused implementation.
 FUSED_OPTIMIZERS = ('Adam', 'AdamW', 'SGD')
@@ -67,21 +76,67 @@ def set_tf32(enabled: bool) -> str:
     return 'TF32 on for fp32 matmuls and convolutions (switch off: --no-tf32 or env_cfg.tf32=False)'
 
 
-def pin_memory_defaults(cfg, device: str) -> List[str]:
-    """Pin the memory of the data loaders that do not say otherwise, on CUDA (changed in place)."""
-    changed = []
-    if device != 'cuda':
-        return changed
-    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        loader = cfg.get(name)
-        if isinstance(loader, dict) and 'pin_memory' not in loader:
-            loader['pin_memory'] = True
+def pin_memory_defaults(cfg, device: str, gpu: Optional[bool] = None) -> List[str]:
+    """Pin the memory of the data loaders that do not say otherwise on CUDA; on a host without a GPU
+    (``gpu`` False; default: ``device == 'cuda'``) unpin those that ask for it (changed in place).
+
+    Returns:
+        list[str]: The loaders changed.
+    """
+    edits = ConfigEdits(cfg)
+    changed = _plan_pin_memory(edits, device, device == 'cuda' if gpu is None else gpu)
+    ConfigEdits.apply(cfg, edits.changes())
+    return changed
+
+
+def _plan_pin_memory(edits: ConfigEdits, device: str, gpu: bool) -> List[str]:
+    changed, gpu = [], gpu or device == 'cuda'
+    for name in LOADERS:
+        loader = edits.get(name)
+        if not isinstance(loader, dict):
+            continue
+        if device == 'cuda' and 'pin_memory' not in loader:
+            edits.set((name, 'pin_memory'), True)
+            changed.append(name)
+        elif not gpu and loader.get('pin_memory'):
+            edits.set((name, 'pin_memory'), False)
             changed.append(name)
     return changed
 
 
+def plan_device_defaults(edits: ConfigEdits, device: str, gpu: bool, log: Callable[[str], None]) -> Optional[bool]:
+    """The device-defaults step of the run plan on ``edits``: the fused optimizer kernel and pinned loader
+    memory for ``device`` (unpinned on hosts without a GPU).
+
+    Args:
+        edits (ConfigEdits): The working config.
+        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
+        gpu (bool): Whether the host has a GPU.
+        log (callable): Called with one sentence per default applied.
+
+    Returns:
+        bool or None: The TF32 setting the run needs (on CUDA; None elsewhere), for :func:`set_tf32`.
+    """
+    wrapper = edits.get('optim_wrapper')
+    if isinstance(wrapper, dict) and isinstance(wrapper.get('optimizer'), dict):
+        optimizer = dict(wrapper['optimizer'])
+        chosen = optimizer_defaults(dict(optimizer=optimizer), device)
+        if chosen:
+            edits.set('optim_wrapper.optimizer.fused', True)
+            log(f'optimizer: {chosen} (override with optim_wrapper.optimizer.fused=False)')
+    pinned = _plan_pin_memory(edits, device, gpu)
+    if pinned and device == 'cuda':
+        log(f'pin_memory=True for {", ".join(pinned)} (--no-pin-memory turns it off)')
+    elif pinned:
+        log(f'pin_memory=False for {", ".join(pinned)} (no GPU on this host)')
+    if device != 'cuda':
+        return None
+    return bool((edits.get('env_cfg') or {}).get('tf32', True))
+
+
 def apply_device_defaults(cfg, device: str) -> List[str]:
-    """The fused optimizer kernel, the TF32 policy and pinned loader memory for ``device``.
+    """The fused optimizer kernel, the TF32 policy and pinned loader memory for ``device``: the
+    device-defaults step of the run plan alone, applied to ``cfg`` (and TF32 set for this process).
 
     Args:
         cfg (mmengine.Config): The run's config (changed in place).
@@ -90,16 +145,10 @@ def apply_device_defaults(cfg, device: str) -> List[str]:
     Returns:
         list[str]: One sentence per default applied, for the log.
     """
-    messages = []
-    wrapper = cfg.get('optim_wrapper')
-    if isinstance(wrapper, dict):
-        chosen = optimizer_defaults(wrapper, device)
-        if chosen:
-            messages.append(f'optimizer: {chosen} (override with optim_wrapper.optimizer.fused=False)')
-    if device == 'cuda':
-        env_cfg = cfg.get('env_cfg') or {}
-        messages.append(set_tf32(bool(env_cfg.get('tf32', True))))
-        pinned = pin_memory_defaults(cfg, device)
-        if pinned:
-            messages.append(f'pin_memory=True for {", ".join(pinned)} (--no-pin-memory turns it off)')
+    messages: List[str] = []
+    edits = ConfigEdits(cfg)
+    tf32 = plan_device_defaults(edits, device, torch.cuda.is_available(), messages.append)
+    ConfigEdits.apply(cfg, edits.changes())
+    if tf32 is not None:
+        messages.insert(1 if messages and messages[0].startswith('optimizer') else 0, set_tf32(tf32))
     return messages

@@ -1,9 +1,6 @@
 """Stop cleanly on SIGTERM / SIGUSR1 (spot VMs, SLURM pre-emption, ``scancel``): finish the current
 iteration, write a checkpoint and exit with :data:`EXIT_PREEMPTED`."""
 import math
-import os
-import signal
-import threading
 from typing import Optional, Sequence
 
 import torch
@@ -13,9 +10,10 @@ from mmengine.optim import OptimWrapperDict
 from mmengine.runner import IterBasedTrainLoop
 
 from vit_plugin.compat import mmengine as mmengine_compat
-from vit_plugin.compat import torch as torch_compat
 from vit_plugin.engine.checkpointing import write_last_checkpoint
 from vit_plugin.registry import HOOKS
+from vit_plugin.runtime import (SignalHandlers, WorkerShield, in_main_thread, is_signal_name, signal_name,
+                                signal_number)
 
 #: Exit status of a run stopped by a signal after writing its checkpoint (``EX_TEMPFAIL`` of
 #: sysexits.h: a temporary failure, the caller is invited to retry, here with ``--resume``).
@@ -23,46 +21,6 @@ EXIT_PREEMPTED = 75
 
 #: Key of a checkpoint's ``meta`` naming the iteration whose validation the stop skipped.
 PENDING_VALIDATION = 'pending_validation'
-
-#: Signals that data-loader workers forked from this process ignore.
-_SHIELDED: set = set()
-
-
-def _shield_worker() -> None:
-    """In a freshly forked child: shield a future data-loader worker from the job-wide signals.
-
-    A scheduler signals every process of the job: SLURM sends SIGTERM to all processes of the job
-    step (pre-emption, ``scancel``, the end of the time limit), ``scancel --signal=USR1`` sends
-    SIGUSR1, a shell's ``kill -- -PGID`` the whole process group. A data-loader worker that dies of it
-    makes the training process fail on its next batch, before it could write its checkpoint.
-
-    SIGUSR1 (whose default action ends a process) is ignored from the fork on. SIGTERM is handled in
-    data-loader workers only (other children, a ``multiprocessing`` pool say, keep theirs), right
-    after torch's worker loop has installed its own handlers: the worker blocks it and a thread waits
-    for it, exiting when the training process sent it (as torch's handler does: the parent ends its
-    workers with SIGTERM when it shuts them down or exits) and ignoring it from anyone else.
-    """
-    for signum in _SHIELDED - {signal.SIGTERM}:
-        signal.signal(signum, signal.SIG_IGN)
-    if signal.SIGTERM in _SHIELDED and hasattr(signal, 'sigwaitinfo'):
-        torch_compat.wrap_worker_signal_handlers(_sigterm_from_parent_only)  # this child's module only
-
-
-def _sigterm_from_parent_only() -> None:
-    parent = os.getppid()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
-
-    def wait():
-        while True:
-            info = signal.sigwaitinfo({signal.SIGTERM})
-            if info.si_pid == parent:
-                os._exit(0)
-
-    threading.Thread(target=wait, name='sigterm-from-parent', daemon=True).start()
-
-
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_shield_worker)
 
 
 class TrainingPreempted(SystemExit):
@@ -115,8 +73,10 @@ class PreemptionHook(Hook):
     validation first and continues with the losses of the uninterrupted run (see
     ``vit_plugin.RNGReseedHook``).
 
-    Data-loader workers forked while the hook exists ignore the handled signals (a scheduler sends
-    them to every process of the job) and stop when the training process shuts them down.
+    Data-loader workers forked from the hook's construction to the end of the run ignore the handled
+    signals (a scheduler sends them to every process of the job) and stop when the training process
+    shuts them down (:class:`vit_plugin.runtime.WorkerShield`). The signal handlers are installed at
+    ``before_run`` and given back at ``after_run`` (:class:`vit_plugin.runtime.SignalHandlers`).
 
     Epoch-based loops (mmengine's ``EpochBasedTrainLoop``) can only resume at an epoch boundary: there
     the hook stops after the current iteration without a new checkpoint, and ``--resume`` restarts the
@@ -135,33 +95,33 @@ class PreemptionHook(Hook):
 
     def __init__(self, signals: Optional[Sequence[str]] = None, check_interval: int = 10):
         if signals is None:
-            signals = [name for name in ('SIGTERM', 'SIGUSR1') if hasattr(signal, name)]
-        unknown = [name for name in signals if not hasattr(signal, name)]
+            signals = [name for name in ('SIGTERM', 'SIGUSR1') if is_signal_name(name)]
+        unknown = [name for name in signals if not is_signal_name(name)]
         if unknown:
             raise ValueError(f'PreemptionHook(signals=...): {unknown} are not signal names on this system '
                              f'(e.g. SIGTERM, SIGUSR1, SIGUSR2, SIGINT).')
         if not isinstance(check_interval, int) or isinstance(check_interval, bool) or check_interval < 1:
             raise ValueError(f'PreemptionHook: check_interval must be an integer >= 1, got {check_interval!r} '
                              f'(default_hooks.preemption in the config).')
-        self.signals = [getattr(signal, name) for name in signals]
+        self.signals = [signal_number(name) for name in signals]
         self.check_interval = check_interval
         # From construction on: an iteration-based loop starts its data-loader workers before before_run.
-        _SHIELDED.update(self.signals)
+        self._shield = WorkerShield(self.signals)
+        self._handlers = SignalHandlers(self.signals, self._handle)
         self.received: Optional[int] = None
         self.stopped_at: Optional[int] = None
         self._pending_validation: Optional[int] = None
         self._skip_validation_at: Optional[int] = None
-        self._previous = {}
 
     def _handle(self, signum, frame):
         self.received = signum
 
     def before_run(self, runner) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        self._shield.hold()  # again for a second run of the same runner
+        if not in_main_thread():
             runner.logger.warning('PreemptionHook: not in the main thread, so no signal handlers are installed.')
             return
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
+        self._handlers.install()
 
     def release(self) -> None:
         """Gives the signals back to the handlers they had before :meth:`before_run`. ``after_run`` calls
@@ -170,10 +130,8 @@ class PreemptionHook(Hook):
         self._restore()
 
     def _restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-        _SHIELDED.difference_update(self.signals)
+        self._handlers.restore()
+        self._shield.release()
 
     def _interval(self, runner) -> int:
         """Iterations between two checks: whole accumulation cycles, ``check_interval`` or more of them
@@ -211,7 +169,7 @@ class PreemptionHook(Hook):
             return
         if not self._any_process_signalled():
             return
-        name = signal.Signals(self.received).name
+        name = signal_name(self.received)
         self.stopped_at = runner.iter + 1
         loop = runner.train_loop
         if not isinstance(loop, IterBasedTrainLoop):
@@ -258,7 +216,7 @@ class PreemptionHook(Hook):
 
     def _finish(self, runner):
         self._restore()
-        name = signal.Signals(self.received).name
+        name = signal_name(self.received)
         message = (f'Training stopped by {name} after iteration {self.stopped_at}; continue with '
                    f'`tools/train.py CONFIG --work-dir {runner.work_dir} --resume` (exit status {EXIT_PREEMPTED}).')
         runner.logger.warning(message)

@@ -1,12 +1,17 @@
-"""Adapting an incoming state dict to a ViT's geometry, whatever path loads it.
+"""Adapting an incoming state dict to a ViT's layout (shapes and key names), whatever path loads it.
 
 :func:`adapt_vit_state_dict` is the one place that decides how a checkpoint trained at another
-resolution or patch size enters a :class:`~vit_plugin.models.ViT` (or a subclass such as
-``HybridViT``). It runs from the backbone's load-state-dict pre-hook (``init_cfg`` Pretrained,
-``load_from``, ``--resume``, plain ``load_state_dict``) and from
-:class:`~vit_plugin.engine.hooks.PosEmbedResizeHook` inside the runner's checkpoint dict. Whichever
-runs first does the work and logs it; the second finds nothing left to change, so every resize is
-logged exactly once.
+resolution or patch size, or saved with other key names, enters a :class:`~vit_plugin.models.ViT` (or a
+subclass such as ``HybridViT``). It runs from the backbone's load-state-dict pre-hook
+(``_adapt_checkpoint_layout_on_load``: ``init_cfg`` Pretrained, ``load_from``, ``--resume``, plain
+``load_state_dict``) and from :class:`~vit_plugin.engine.hooks.PosEmbedResizeHook` inside the runner's
+checkpoint dict. Whichever runs first does the work and logs it; the second finds nothing left to change,
+so every resize is logged exactly once.
+
+It changes only tensors and their names, never the model: the records of how the weights compute
+(GELU, LayerNorm eps, input normalisation) stay in the state dict for the backbone's next load step,
+:func:`vit_plugin.models.numerics.apply_checkpoint_numerics`, which the ``checkpoint_numerics`` keyword
+controls (docs/checkpoints.md#numerics-records).
 
 What it does, for the keys under ``prefix``, in this order (one function per step):
 
@@ -15,15 +20,6 @@ What it does, for the keys under ``prefix``, in this order (one function per ste
   (several ViTs in the file) or absent, the load is refused;
 * mmpretrain ``VisionTransformer`` key names are renamed to ours (layer scale, ``pre_norm``, the
   ``ln2`` of ``avg_featmap`` and the SwiGLU MLP included);
-* ``gelu_approximate`` (recorded with weights trained with the tanh GELU, e.g. the official ones) is
-  consumed and sets the model's MLP GELU to it, logged as a warning when that changes the model; the
-  model records it again when saved (:func:`record_gelu`);
-* ``layer_norm_eps`` (recorded with weights whose LayerNorms used another epsilon, e.g. 1e-12 of
-  ``transformers`` ports) is consumed and sets every LayerNorm of the backbone to it, logged as a
-  warning when that changes the model; recorded again when saved (:func:`record_norm_eps`);
-* ``input_normalization`` (the official release's mean = std = 127.5) is consumed into the model's
-  ``expected_input_norm``, recorded again when saved, and checked against the data preprocessor by
-  :func:`~vit_plugin.models.input_norm.check_input_normalization`;
 * ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
   release) is consumed: it selects the interpolation and overrides the model's
   ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
@@ -40,19 +36,16 @@ What it does, for the keys under ``prefix``, in this order (one function per ste
   ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
   tables only; a non-square table without metadata is an error asking for the grid).
 """
-import logging
 import math
 import re
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
 from mmengine.logging import print_log
 
 from vit_plugin.checkpoint.key_maps import mmpretrain_to_ours_key
-from vit_plugin.checkpoint.records import (GELU_KEY, NORM_EPS_KEY, NORM_KEY, decode_gelu, decode_input_norm,
-                                          decode_norm_eps, encode_gelu, encode_input_norm, encode_norm_eps,
-                                          resize_mode_for)
+from vit_plugin.checkpoint.records import resize_mode_for
+from .numerics import record_gelu, record_input_norm, record_norm_eps  # noqa: F401  (also named here)
 from .patch_resize import resize_patch_embed
 from .pos_embed import infer_grid, resize_pos_embed
 from .rel_pos import REL_POS_PARAM_SUFFIXES, resize_rel_pos_table
@@ -123,97 +116,6 @@ def _rename_mmpretrain_keys(state_dict, prefix) -> List[str]:
             renamed += 1
     return [f'Renamed {renamed} mmpretrain VisionTransformer keys under "{prefix}" to vit_plugin names '
             f'(layers.i.ln1 -> blocks.i.norm1, ffn.layers.0.0 -> mlp.fc1, ...)']
-
-
-def _gelus(model) -> List[nn.GELU]:
-    return [m for m in model.blocks.modules() if isinstance(m, nn.GELU)]
-
-
-def record_gelu(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: record the tanh GELU with the weights.
-
-    The weights then carry the activation they were trained with to every later load (``tools/test.py``
-    builds the model from a config that may say exact GELU, and does not run ``init_cfg``). Exact
-    GELU, PyTorch's default, is not recorded, so such a model's state dict is unchanged.
-    """
-    if any(gelu.approximate == 'tanh' for gelu in _gelus(model)):
-        state_dict[prefix + GELU_KEY] = encode_gelu('tanh')
-
-
-def _apply_recorded_gelu(model, state_dict, prefix) -> None:
-    """Run the GELU the weights were trained with (consumes the record).
-
-    Weights trained with one GELU and run with the other compute a slightly different function (up to
-    5e-4 per activation, compounding over the blocks): fine-tuning official weights, as the paper
-    does, starts from the model it pre-trained, which only the tanh GELU of Flax reproduces. The
-    record wins over the config (as the resize mode does) because a config cannot know which weights
-    it will be given; it is a warning because it changes the model the config describes.
-    """
-    recorded = state_dict.pop(prefix + GELU_KEY, None)
-    if recorded is None:
-        return
-    approximate = decode_gelu(recorded, prefix + GELU_KEY)
-    gelus = _gelus(model)
-    if all(gelu.approximate == approximate for gelu in gelus):
-        return
-    for gelu in gelus:
-        gelu.approximate = approximate
-    print_log(f'{prefix}{GELU_KEY}: the checkpoint records that its weights were trained with '
-              f"gelu_approximate={approximate!r}; this {type(model).__name__} was built with another GELU and now "
-              f'runs {approximate!r} in all {len(gelus)} MLPs, so it computes the function the weights were '
-              f"trained for. To keep the model's own GELU, delete the key {GELU_KEY!r} from the state dict.",
-              logger='current', level=logging.WARNING)
-
-
-def _layer_norms(model) -> List[nn.LayerNorm]:
-    return [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
-
-
-def record_norm_eps(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: keep a LayerNorm epsilon that a checkpoint set (see
-    :func:`_apply_recorded_norm_eps`) with the weights, so that later loads run the same function."""
-    eps = getattr(model, 'recorded_norm_eps', None)
-    if eps is not None:
-        state_dict[prefix + NORM_EPS_KEY] = encode_norm_eps(eps)
-
-
-def _apply_recorded_norm_eps(model, state_dict, prefix) -> None:
-    """Run the LayerNorm epsilon the weights were trained with (consumes the record).
-
-    The ``transformers`` ports of the paper's weights use 1e-12 where the official model uses 1e-6;
-    only their own epsilon reproduces their outputs, so the record wins over the config, as the GELU
-    record does, with a warning that names both values.
-    """
-    recorded = state_dict.pop(prefix + NORM_EPS_KEY, None)
-    if recorded is None:
-        return
-    eps = decode_norm_eps(recorded, prefix + NORM_EPS_KEY)
-    model.recorded_norm_eps = eps
-    norms = _layer_norms(model)
-    built = sorted({norm.eps for norm in norms})
-    if built == [eps]:
-        return
-    for norm in norms:
-        norm.eps = eps
-    print_log(f'{prefix}{NORM_EPS_KEY}: the checkpoint records that its weights were trained with LayerNorm '
-              f'eps={eps:g}; this {type(model).__name__} was built with eps={", ".join(f"{e:g}" for e in built)} '
-              f'and now runs eps={eps:g} in all {len(norms)} LayerNorms. To keep the model\'s own eps, delete the '
-              f'key {NORM_EPS_KEY!r} from the state dict.', logger='current', level=logging.WARNING)
-
-
-def record_input_norm(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: keep the input normalisation its weights expect (when
-    known, e.g. loaded from the official release) with the weights, through fine-tuning and back."""
-    if getattr(model, 'expected_input_norm', None) is not None:
-        state_dict[prefix + NORM_KEY] = encode_input_norm(*model.expected_input_norm)
-
-
-def _apply_recorded_input_norm(model, state_dict, prefix) -> None:
-    """Remember the input normalisation the weights were trained with (consumes the record); the
-    model's data preprocessor is checked against it by :func:`vit_plugin.models.check_input_normalization`."""
-    recorded = state_dict.pop(prefix + NORM_KEY, None)
-    if recorded is not None:
-        model.expected_input_norm = decode_input_norm(recorded, prefix + NORM_KEY)
 
 
 def _check_width(model, table, key) -> None:
@@ -402,9 +304,6 @@ def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str
     key = prefix + 'pos_embed'
     messages = _take_backbone_part(model, state_dict, prefix)
     messages += _rename_mmpretrain_keys(state_dict, prefix)
-    _apply_recorded_gelu(model, state_dict, prefix)
-    _apply_recorded_norm_eps(model, state_dict, prefix)
-    _apply_recorded_input_norm(model, state_dict, prefix)
     mode, mode_source = _take_resize_mode(model, state_dict, prefix)
     old_grid = _take_source_grid(model, state_dict, prefix)
     if key in state_dict:

@@ -1,18 +1,21 @@
 """Turning an ordinary mmpretrain / vit_plugin config into an XLA run, and launching it.
 
-``tools/train.py CONFIG --launcher xla`` calls :func:`launch_training`, which rewrites the config
-with :func:`to_xla_config` and starts one training process per XLA device with
-``torch_xla.launch`` (one process on a CPU host or a single-chip device; e.g. four on a v4-8 TPU VM,
-one per chip). The config itself needs no XLA-specific edits.
+``tools/train.py CONFIG --launcher xla`` calls :func:`launch_training`, which starts one training
+process per XLA device with ``torch_xla.launch`` (one process on a CPU host or a single-chip device;
+e.g. four on a v4-8 TPU VM, one per chip). Each process plans its run
+(:func:`vit_plugin.engine.plan.plan_run`) once it knows the number of replicas, with
+:class:`XLAConversion` as the plan's device conversion, applies the plan and builds the runner. The
+config itself needs no XLA-specific edits.
 """
 import copy
-import logging
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from mmengine.config import Config
 
-from mmengine.config import Config, ConfigDict
-from mmengine.logging import print_log
+from vit_plugin.engine.config_edits import ConfigEdits, type_name
+from vit_plugin.engine.plan import RunEnv, names_vit_plugin_runner, plan_run
 
 from . import runtime
 from . import spmd as spmd_mode
@@ -32,100 +35,148 @@ def _strip(name):
     return name.split('.', 1)[1] if isinstance(name, str) and name.startswith('mmengine.') else name
 
 
-def _xla_loop(loop: dict, default: str, table: dict, key: str) -> dict:
-    loop = ConfigDict(copy.deepcopy(dict(loop)))
+def _xla_loop(edits: ConfigEdits, key: str, default: str, table: dict) -> None:
+    loop = edits.get(key)
     kind = _strip(loop.get('type'))
     if kind is None:
-        loop['type'] = table[default]
+        edits.set((key, 'type'), table[default])
     elif kind in table:
-        loop['type'] = table[kind]
+        edits.set((key, 'type'), table[kind])
     elif not str(kind).startswith('vit_plugin.XLA'):
         raise ValueError(f'{key}: loop type {loop["type"]!r} has no XLA version. Use one of '
                          f'{sorted(table)} (or their vit_plugin.XLA* versions).')
-    return loop
+
+
+@dataclass(frozen=True)
+class XLAConversion:
+    """The run plan's conversion of a training config to XLA devices, through mmengine's FlexibleRunner.
+
+    Sets ``runner_type='FlexibleRunner'`` (``'vit_plugin.FlexibleRunner'`` for a config that names
+    ``vit_plugin.Runner``), ``strategy=vit_plugin.XLAStrategy`` and ``launcher``, swaps the
+    train / val / test loops for their XLA versions, the optimizer wrapper for
+    ``vit_plugin.XLAOptimWrapper`` (``AmpOptimWrapper`` becomes bf16 autocast), and sets
+    ``drop_last=True`` on the train dataloader so every batch has the same shape.
+
+    Args:
+        bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
+        spmd (bool): One process for all devices, batch and parameters split over a device mesh
+            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`); the
+            backbone is checked on the meta device when the plan is applied. Defaults to False.
+    """
+    bf16: bool = False
+    spmd: bool = False
+    layer_scan: bool = False
+    name = 'xla'
+
+    def plan(self, edits: ConfigEdits, env: RunEnv, log: Callable[[str], None]) -> None:
+        """Record the conversion on ``edits``; ``env.launcher`` becomes the config's ``launcher``.
+
+        Raises:
+            ValueError: what cannot run on XLA (a runner, strategy, loop or optimizer wrapper).
+        """
+        runner_type = _strip(edits.get('runner_type'))
+        if runner_type not in (None, 'Runner', 'FlexibleRunner', *_VIT_PLUGIN_RUNNERS):
+            raise ValueError(f'runner_type={edits.get("runner_type")!r}: the XLA path runs on mmengine\'s '
+                             "FlexibleRunner; use 'vit_plugin.Runner' or remove runner_type from the config.")
+        strategy = edits.get('strategy') or {}
+        if strategy and _strip(strategy.get('type')) not in (None, 'vit_plugin.XLAStrategy'):
+            raise ValueError(f'strategy={strategy.get("type")!r} cannot run on XLA; remove `strategy` '
+                             'from the config (the XLA launcher sets vit_plugin.XLAStrategy).')
+        if self.layer_scan:
+            require_scan_support(self.spmd)
+        edits.set('runner_type',
+                  'vit_plugin.FlexibleRunner' if runner_type in _VIT_PLUGIN_RUNNERS else 'FlexibleRunner')
+        options = {key: True for key, on in (('spmd', self.spmd), ('layer_scan', self.layer_scan)) if on}
+        edits.update('strategy', dict(strategy, type='vit_plugin.XLAStrategy', **options))
+        edits.set('launcher', env.launcher)
+        edits.delete('model_wrapper_cfg')  # DDP settings; XLA all-reduces in the optimizer step
+        # FlexibleRunner.from_cfg passes env_cfg=None through when the config has none, and fails.
+        if not edits.get('env_cfg'):
+            edits.set('env_cfg', dict())
+        edits.delete('env_cfg.dist_cfg.backend')  # e.g. 'nccl' from a GPU runtime config
+        if edits.get('train_cfg'):
+            by_epoch = edits.get('train_cfg.by_epoch')
+            edits.delete('train_cfg.by_epoch')
+            default = 'IterBasedTrainLoop' if by_epoch is False else 'EpochBasedTrainLoop'
+            _xla_loop(edits, 'train_cfg', default, _TRAIN_LOOPS)
+            wrapper = xla_optim_wrapper_cfg(edits.get('optim_wrapper'))
+            if self.bf16:
+                wrapper['dtype'] = 'bfloat16'
+            edits.update('optim_wrapper', wrapper)
+            if not edits.get('train_dataloader.drop_last', False):
+                edits.set('train_dataloader.drop_last', True)
+                log('XLA: train_dataloader.drop_last set to True (fixed batch shapes).')
+        for key, default in (('val_cfg', 'ValLoop'), ('test_cfg', 'TestLoop')):
+            if edits.get(key) is not None:
+                _xla_loop(edits, key, default, _EVAL_LOOPS)
+
+    def check(self, cfg: Config) -> None:
+        """With ``layer_scan``: refuse, before any process trains, a backbone whose blocks cannot run as one
+        scan (built on the meta device: no memory, no weights)."""
+        backbone = (cfg.get('model') or {}).get('backbone') or {}
+        if not self.layer_scan or type_name(backbone) not in ('ViT', 'HybridViT'):
+            return
+        from mmengine.registry import MODELS
+        with torch.device('meta'):
+            check_scannable(MODELS.build(copy.deepcopy(backbone)), 'model.backbone')
+
+
+def xla_env(launcher: str, world_size: Optional[int] = None, rank_zero: bool = True) -> RunEnv:
+    """The run environment of an XLA process: ``world_size`` replicas (None: not known in this process)."""
+    return RunEnv(world_size=world_size, device='xla', launcher=launcher, flexible=True, rank_zero=rank_zero,
+                  gpus=torch.cuda.device_count())
+
+
+def plan_xla_run(cfg: Config, env: RunEnv, bf16: bool = False, spmd: bool = False, layer_scan: bool = False):
+    """The run plan of ``cfg`` on XLA devices: every step for a config that names one of vit_plugin's
+    runners, else the global batch, the guarded optimizer wrapper and the conversion only (as mmengine's FlexibleRunner trains it)."""
+    steps = None if names_vit_plugin_runner(cfg) else ('global_batch', 'nonfinite_guard', 'conversion')
+    return plan_run(cfg, env, conversion=XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan), steps=steps)
 
 
 def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False,
                   layer_scan: bool = False) -> Config:
-    """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner.
-
-    Sets ``runner_type='FlexibleRunner'`` (``'vit_plugin.FlexibleRunner'`` for a config that names
-    ``vit_plugin.Runner``) and ``strategy=vit_plugin.XLAStrategy``, swaps the
-    train / val / test loops for their XLA versions, the optimizer wrapper for
-    ``vit_plugin.XLAOptimWrapper`` (``AmpOptimWrapper`` becomes bf16 autocast), and sets
-    ``drop_last=True`` on the train dataloader so every batch has the same shape.
+    """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner: the
+    :class:`XLAConversion` step of the run plan alone, applied.
 
     Args:
         cfg (Config): A training config (as for ``tools/train.py``).
         launcher (str): ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'`` (this process only, no
             process group). Defaults to ``'xla'``.
         bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
-        spmd (bool): One process for all devices, batch and parameters split over a device mesh
-            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        spmd (bool): One process for all devices (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
         layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
             Defaults to False.
 
     Returns:
         Config: The converted config.
+
+    Raises:
+        ValueError: what cannot run on XLA.
     """
-    cfg = copy.deepcopy(cfg)
-    runner_type = _strip(cfg.get('runner_type'))
-    if runner_type not in (None, 'Runner', 'FlexibleRunner', *_VIT_PLUGIN_RUNNERS):
-        raise ValueError(f'runner_type={cfg.runner_type!r}: the XLA path runs on mmengine\'s '
-                         "FlexibleRunner; use 'vit_plugin.Runner' or remove runner_type from the config.")
-    strategy = cfg.get('strategy') or {}
-    if strategy and _strip(strategy.get('type')) not in (None, 'vit_plugin.XLAStrategy'):
-        raise ValueError(f'strategy={strategy.get("type")!r} cannot run on XLA; remove `strategy` '
-                         'from the config (the XLA launcher sets vit_plugin.XLAStrategy).')
-    # vit_plugin's runners prepare the run (hooks, device defaults) before building it; their flexible one
-    # does the same on XLA. The global batch is applied by `prepare` (see launch_training).
-    cfg.runner_type = 'vit_plugin.FlexibleRunner' if runner_type in _VIT_PLUGIN_RUNNERS else 'FlexibleRunner'
-    cfg.strategy = dict(strategy, type='vit_plugin.XLAStrategy')
-    if spmd:
-        cfg.strategy['spmd'] = True
-    if layer_scan:
-        require_scan_support(spmd)
-        backbone = cfg.model.get('backbone') or {}
-        if str(backbone.get('type', '')).split('.')[-1] in ('ViT', 'HybridViT'):
-            # Refuse before any process starts: build the backbone on the meta device (no memory).
-            from mmengine.registry import MODELS
-            with torch.device('meta'):
-                check_scannable(MODELS.build(copy.deepcopy(backbone)), 'model.backbone')
-        cfg.strategy['layer_scan'] = True
-    cfg.launcher = launcher
-    cfg.pop('model_wrapper_cfg', None)  # DDP settings; XLA all-reduces in the optimizer step
-    # FlexibleRunner.from_cfg passes env_cfg=None through when the config has none, and fails.
-    cfg.env_cfg = cfg.get('env_cfg') or dict()
-    if cfg.env_cfg.get('dist_cfg'):
-        cfg.env_cfg.dist_cfg.pop('backend', None)  # e.g. 'nccl' from a GPU runtime config
-    if cfg.get('train_cfg'):
-        by_epoch = cfg.train_cfg.pop('by_epoch', None)
-        default = 'IterBasedTrainLoop' if by_epoch is False else 'EpochBasedTrainLoop'
-        cfg.train_cfg = _xla_loop(cfg.train_cfg, default, _TRAIN_LOOPS, 'train_cfg')
-        cfg.optim_wrapper = xla_optim_wrapper_cfg(cfg.optim_wrapper)
-        if bf16:
-            cfg.optim_wrapper['dtype'] = 'bfloat16'
-        if not cfg.train_dataloader.get('drop_last', False):
-            cfg.train_dataloader['drop_last'] = True
-            print_log('XLA: train_dataloader.drop_last set to True (fixed batch shapes).',
-                      logger='current', level=logging.INFO)
-    for key, default in (('val_cfg', 'ValLoop'), ('test_cfg', 'TestLoop')):
-        if cfg.get(key) is not None:
-            cfg[key] = _xla_loop(cfg[key], default, _EVAL_LOOPS, key)
-    return cfg
+    conversion = XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan)
+    return plan_run(cfg, xla_env(launcher), conversion=conversion, steps=('conversion',)).apply(cfg)
 
 
 def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
                   prepare: Optional[Callable], spmd: bool = False, layer_scan: bool = False) -> None:
-    """Body of each process started by ``torch_xla.launch``: build the runner and train."""
+    """Body of each process started by ``torch_xla.launch``: plan the run for the replicas, apply the plan,
+    build the runner and train."""
     from mmengine.registry import RUNNERS
     from mmengine.utils import import_modules_from_strings
 
     if cfg.get('custom_imports'):  # Config.fromfile imported them in the parent process only
         import_modules_from_strings(**cfg.custom_imports)
+    master = runtime.is_master()
     if prepare is not None:
-        prepare(cfg, runtime.world_size(), logger=print if runtime.is_master() else None)
-    runner = RUNNERS.build(to_xla_config(cfg, launcher=launcher, bf16=bf16, spmd=spmd, layer_scan=layer_scan))
+        prepare(cfg, runtime.world_size(), logger=print if master else None)
+    plan = plan_xla_run(cfg, xla_env(launcher, runtime.world_size(), master), bf16=bf16, spmd=spmd,
+                        layer_scan=layer_scan)
+    if master:
+        for note in plan.notes:
+            print(note)
+    runner = RUNNERS.build(plan.apply(cfg))
     runner.train()
 
 
@@ -136,15 +187,15 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
     Must run before anything in this process touches the XLA device (torch_xla refuses to spawn
     from an initialised runtime) and before any CPU backward pass (pytorch/xla#4174). Under
     ``torchrun``, and with ``PJRT_DEVICE=CPU`` (one replica), the current process trains directly.
+    Each process plans the run (:func:`plan_xla_run`) once the number of replicas is known, and builds
+    the runner from the planned config.
 
     Args:
-        cfg (Config): The training config (not yet converted by :func:`to_xla_config`).
+        cfg (Config): The training config (not yet converted).
         bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
-        prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process
-            once the number of replicas is known, before the runner is built (``tools/train.py``
-            passes ``apply_global_batch_size``, which records that it did, so that
-            ``vit_plugin.FlexibleRunner`` does not apply it again). Must be importable (it is pickled
-            by name). Defaults to None.
+        prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process on the
+            config before it is planned (the plan applies ``global_batch_size`` itself). Must be
+            importable (it is pickled by name). Defaults to None.
         spmd (bool): SPMD mode: this process alone drives every device of the host, with the
             config's batch as the global batch split over them and FSDPv2-sharded parameters
             (:mod:`~vit_plugin.xla.spmd`). Defaults to False.

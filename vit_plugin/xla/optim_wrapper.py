@@ -10,11 +10,11 @@ What changes compared with mmengine's ``OptimWrapper`` (everything else -- gradi
   that would cut every step's graph in two); the train loop logs it with the losses;
 * ``dtype='bfloat16'`` runs the forward pass under XLA autocast (matmuls and convolutions in bf16,
   reductions and softmax in fp32, weights and optimizer state stay fp32);
-* with the non-finite guard (``vit_plugin.NonFiniteGuardHook``, which calls
-  :meth:`XLAOptimWrapper.install_nonfinite_guard`) the check stays on the device: the update is
-  computed and then selected with ``torch.where(ok, new, old)`` for every parameter and optimizer
-  state tensor, so a bad step changes nothing without a host read; the skip counters travel to the
-  host with the logged losses (once per logging interval), where the hook reads them
+* with ``nonfinite_guard=True`` (the XLA form of ``vit_plugin.GuardedOptimWrapper``) a non-finite
+  update is dropped on the device: the update is computed and then selected with
+  ``torch.where(ok, new, old)`` for every parameter and optimizer state tensor, so a bad step changes
+  nothing without a host read; the skip counters travel to the host with the logged losses (once per
+  logging interval), where ``vit_plugin.NonFiniteGuardHook`` reads them
   (:meth:`XLAOptimWrapper.nonfinite_counts`) and stops the run.
 """
 from contextlib import contextmanager
@@ -26,6 +26,7 @@ from mmengine.optim import OptimWrapper
 from torch.optim import Optimizer
 
 from vit_plugin.engine.optimizers.grad_norm import global_grad_norm
+from vit_plugin.engine.optimizers.nonfinite_step import DeviceCountedNonFiniteGuard
 from vit_plugin.registry import OPTIM_WRAPPERS
 
 from . import runtime
@@ -44,7 +45,7 @@ def _upload(tensor: torch.Tensor, device) -> torch.Tensor:
 
 
 @OPTIM_WRAPPERS.register_module()
-class XLAOptimWrapper(OptimWrapper):
+class XLAOptimWrapper(DeviceCountedNonFiniteGuard, OptimWrapper):
     """Optimizer wrapper for training on XLA devices (TPU, or XLA:CPU for testing).
 
     Args:
@@ -55,13 +56,20 @@ class XLAOptimWrapper(OptimWrapper):
             default) or ``dict(type='value', clip_value=...)``, as in mmengine. Defaults to None.
         dtype (str or torch.dtype, optional): ``'bfloat16'`` to run forward passes under XLA
             autocast in bf16; None keeps fp32. Defaults to None.
+        nonfinite_guard (bool): Drop an update whose loss or gradients are not finite, on the device
+            (see the module docstring). Cost per update: one gradient norm and one select per
+            parameter and state element, and one extra copy of parameters + optimizer state at the
+            step's peak. Defaults to False.
+        check_grad_norm (bool): With the guard, also check the global gradient norm. Defaults to True.
     """
 
     def __init__(self,
                  optimizer: Optimizer,
                  accumulative_counts: int = 1,
                  clip_grad: Optional[dict] = None,
-                 dtype: Union[str, torch.dtype, None] = None):
+                 dtype: Union[str, torch.dtype, None] = None,
+                 nonfinite_guard: bool = False,
+                 check_grad_norm: bool = True):
         super().__init__(optimizer, accumulative_counts=accumulative_counts, clip_grad=clip_grad)
         if isinstance(dtype, str):
             if dtype not in _DTYPES:
@@ -73,19 +81,17 @@ class XLAOptimWrapper(OptimWrapper):
                              'or None.')
         self.dtype = dtype
         self._pending_scalars: Dict[str, torch.Tensor] = {}
+        self.nonfinite_guard = bool(nonfinite_guard)
+        self.check_grad_norm = check_grad_norm
         self._guard: Optional[Dict[str, torch.Tensor]] = None
         self._capturable_cfg: List[Optional[bool]] = []
         self._loss_bad: Optional[torch.Tensor] = None
+        if self.nonfinite_guard:
+            self._start_guard()
 
-    def install_nonfinite_guard(self) -> None:
-        """Skip non-finite updates on the device (see the module docstring).
-
-        Cost per update: one gradient norm and one select per parameter and state element (memory
-        traffic of the size of the optimizer's own update), and the old parameters and state are
-        kept alive during the update (peak memory grows by one copy of parameters + optimizer
-        state). The stop after too many bad steps happens at the next logging interval, so up to
-        that many further skipped iterations may run first.
-        """
+    def _start_guard(self) -> None:
+        # The stop after too many bad steps happens at the next logging interval, when the counters
+        # reach the host, so up to that many further skipped iterations may run first.
         self._capturable_cfg = [group.get('capturable') for group in self.optimizer.param_groups]
         device = self.optimizer.param_groups[0]['params'][0].device
         # Counters uploaded as device data (not created by an op): every step's graph then has
@@ -140,7 +146,7 @@ class XLAOptimWrapper(OptimWrapper):
     def _guarded_step(self, xm, kwargs: dict) -> None:
         xm.reduce_gradients(self.optimizer)
         params = [p for group in self.optimizer.param_groups for p in group['params']]
-        norm = global_grad_norm([p.grad for p in params if p.grad is not None])
+        norm = global_grad_norm([p.grad for p in params if p.grad is not None]) if self.check_grad_norm else None
         ok = torch.ones((), dtype=torch.bool, device=params[0].device)
         if norm is not None:
             ok = ok & torch.isfinite(norm)
@@ -172,8 +178,7 @@ class XLAOptimWrapper(OptimWrapper):
         # Logged with the losses; the hook reads them on the host when they arrive.
         self._pending_scalars.update({SKIPPED: self._guard['skipped'], LONGEST_STREAK: self._guard['worst']})
 
-    @staticmethod
-    def nonfinite_counts(message_hub) -> Optional[Tuple[int, int]]:
+    def nonfinite_counts(self, message_hub) -> Optional[Tuple[int, int]]:
         """(updates skipped, longest streak) of the guard as last logged, or None before the counters
         first reached the host (:class:`~vit_plugin.xla.hooks.XLARuntimeInfoHook` logs them as
         ``train/<name>``)."""

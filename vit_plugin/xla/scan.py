@@ -27,7 +27,9 @@ gradients unstacked). Measured on XLA:CPU with ViT-L/16 (``tools/analysis/benchm
 the scan cut compile time to 0.72x and made the steady step 1.44x slower; it pays where compilation
 dominates (very deep models, short jobs, many restarts), not for long runs.
 
-``tools/train.py CONFIG --launcher xla --xla-layer-scan`` turns it on (also with ``--xla-spmd``).
+``tools/train.py CONFIG --launcher xla --xla-layer-scan`` turns it on (also with ``--xla-spmd``):
+:func:`enable_layer_scan` gives every ViT in the model :func:`scan_blocks` through the backbone's one
+extension point, :meth:`vit_plugin.models.ViT.set_block_runner`.
 """
 import importlib.util
 import logging
@@ -35,8 +37,10 @@ from typing import List, Tuple
 
 import torch
 import torch.nn as nn
+from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
 
+from vit_plugin.models.backbones.vit import ViT
 from . import runtime
 
 
@@ -65,9 +69,12 @@ def _settings(module: nn.Module) -> List[tuple]:
 
 
 def _random_layers(module: nn.Module) -> List[str]:
-    return [f'{name} ({type(sub).__name__} p={sub.p if hasattr(sub, "p") else sub.drop_prob})'
-            for name, sub in module.named_modules()
-            if (isinstance(sub, nn.Dropout) and sub.p > 0) or (getattr(sub, 'drop_prob', 0) or 0) > 0]
+    found = []
+    for name, sub in module.named_modules():
+        p = sub.p if isinstance(sub, nn.Dropout) else sub.drop_prob if isinstance(sub, DropPath) else 0
+        if p > 0:
+            found.append(f'{name} ({type(sub).__name__} p={p})')
+    return found
 
 
 def require_scan_support(spmd: bool) -> None:
@@ -80,9 +87,9 @@ def require_scan_support(spmd: bool) -> None:
 
 def check_scannable(backbone: nn.Module, name: str = 'backbone') -> None:
     """Raise ``ValueError`` saying what to change when ``backbone``'s blocks cannot run as one scan."""
-    blocks = getattr(backbone, 'blocks', None)
-    if not isinstance(blocks, nn.ModuleList) or not hasattr(backbone, 'block_runner'):
+    if not isinstance(backbone, ViT):
         raise ValueError(f'layer scan: {name} ({type(backbone).__name__}) is not a vit_plugin ViT.')
+    blocks = backbone.blocks
     if len(blocks) < 2:
         return
     # torch_xla cannot draw random masks inside a scanned layer, and stochastic depth differs per block.
@@ -105,17 +112,17 @@ def check_scannable(backbone: nn.Module, name: str = 'backbone') -> None:
 
 
 def scan_blocks(blocks: nn.ModuleList, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
-    """Run ``blocks`` on tokens ``x`` as one XLA loop (a ViT ``block_runner``)."""
+    """Run ``blocks`` on tokens ``x`` as one XLA loop (a block runner, see ``ViT.set_block_runner``)."""
     scan_layers = runtime.require('torch_xla.experimental.scan_layers').scan_layers
     kwargs = {}
-    if any(getattr(b, 'with_cp', False) for b in blocks) and torch.is_grad_enabled():
+    if any(b.with_cp for b in blocks) and torch.is_grad_enabled():
         from functorch.compile import min_cut_rematerialization_partition
         kwargs['partition_fn'] = min_cut_rematerialization_partition
     return scan_layers([_BlockOnGrid(b, grid) for b in blocks], x, **kwargs)
 
 
 def enable_layer_scan(model: nn.Module) -> List[str]:
-    """Make every ViT inside ``model`` run its blocks with :func:`scan_blocks`.
+    """Make every ViT inside ``model`` run its blocks with :func:`scan_blocks` (``ViT.set_block_runner``).
 
     Returns:
         list[str]: The names of the modules switched (``ValueError`` when there is none, or when one
@@ -123,9 +130,9 @@ def enable_layer_scan(model: nn.Module) -> List[str]:
     """
     names = []
     for name, module in model.named_modules():
-        if hasattr(module, 'block_runner') and isinstance(getattr(module, 'blocks', None), nn.ModuleList):
+        if isinstance(module, ViT):
             check_scannable(module, name or type(module).__name__)
-            module.block_runner = scan_blocks
+            module.set_block_runner(scan_blocks)
             names.append(name)
     if not names:
         raise ValueError(f'layer scan: {type(model).__name__} has no vit_plugin ViT backbone to scan.')

@@ -12,7 +12,8 @@ checkpoints written". This one:
   all-reduce inside ``xm.optimizer_step`` (:class:`~vit_plugin.xla.XLAOptimWrapper`), compiled into
   the step graph;
 * builds an XLAOptimWrapper from ordinary optimizer configs (``OptimWrapper`` or
-  ``AmpOptimWrapper`` with ``dtype='bfloat16'``), so existing configs need no edits;
+  ``AmpOptimWrapper`` with ``dtype='bfloat16'``, and their guarded types, which become
+  ``nonfinite_guard=True``), so existing configs need no edits;
 * seeds the XLA random generator as well as the host ones;
 * writes checkpoints from the global master only, with every tensor moved to the CPU in one batched
   transfer, so they load anywhere (CPU, GPU, XLA); loading goes through the CPU and works with
@@ -27,15 +28,16 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.optim import BaseOptimWrapper
 
+from vit_plugin.engine.optimizers.nonfinite_step import UNGUARDED_TYPES, wrapper_type_name
+
 from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.engine.checkpointing import PARTIAL_SUFFIX, publish_partial
 from vit_plugin.registry import STRATEGIES
 
 from . import runtime, spmd
+from .optim_wrapper import XLAOptimWrapper
 from .scan import enable_layer_scan
 
-_PLAIN_WRAPPERS = {None, 'OptimWrapper', 'mmengine.OptimWrapper'}
-_AMP_WRAPPERS = {'AmpOptimWrapper', 'mmengine.AmpOptimWrapper'}
 XLA_OPTIM_WRAPPER = 'vit_plugin.XLAOptimWrapper'
 
 
@@ -43,7 +45,9 @@ def xla_optim_wrapper_cfg(cfg: dict) -> dict:
     """Translate an optimizer-wrapper config to :class:`~vit_plugin.xla.XLAOptimWrapper`.
 
     ``OptimWrapper`` (or no type) maps directly; ``AmpOptimWrapper`` maps to bf16 autocast (TPUs
-    have no fp16 loss scaling; bf16 needs none). Already-XLA configs are returned unchanged.
+    have no fp16 loss scaling; bf16 needs none). Their guarded types (``vit_plugin.GuardedOptimWrapper``,
+    ``vit_plugin.GuardedAmpOptimWrapper``) map the same way with ``nonfinite_guard=True``. Already-XLA
+    configs are returned unchanged.
 
     Args:
         cfg (dict): The ``optim_wrapper`` config.
@@ -53,22 +57,27 @@ def xla_optim_wrapper_cfg(cfg: dict) -> dict:
     """
     cfg = copy.deepcopy(dict(cfg))
     kind = cfg.get('type')
-    if kind in (XLA_OPTIM_WRAPPER, 'XLAOptimWrapper'):
+    name = wrapper_type_name(kind)
+    if name == 'XLAOptimWrapper':
         return cfg
-    if kind in _PLAIN_WRAPPERS:
+    guarded = name in UNGUARDED_TYPES
+    plain = UNGUARDED_TYPES[name].split('.')[-1] if guarded else name
+    if plain == 'OptimWrapper':
         cfg['type'] = XLA_OPTIM_WRAPPER
-        return cfg
-    if kind in _AMP_WRAPPERS:
+    elif plain == 'AmpOptimWrapper':
         dtype = str(cfg.pop('dtype', 'bfloat16') or 'bfloat16').replace('torch.', '')
         if dtype not in ('bfloat16', 'bf16'):
-            raise ValueError(f'optim_wrapper: AmpOptimWrapper with dtype={dtype!r} cannot run on XLA; '
+            raise ValueError(f'optim_wrapper: {name} with dtype={dtype!r} cannot run on XLA; '
                              "use dtype='bfloat16' (TPUs compute in bf16 without loss scaling).")
         for key in ('loss_scale', 'use_fsdp'):
             cfg.pop(key, None)
         cfg.update(type=XLA_OPTIM_WRAPPER, dtype='bfloat16')
-        return cfg
-    raise ValueError(f'optim_wrapper: type={kind!r} has no XLA equivalent. Use OptimWrapper, '
-                     'AmpOptimWrapper (bf16) or vit_plugin.XLAOptimWrapper.')
+    else:
+        raise ValueError(f'optim_wrapper: type={kind!r} has no XLA equivalent. Use OptimWrapper, '
+                         'AmpOptimWrapper (bf16), their vit_plugin.Guarded* types or vit_plugin.XLAOptimWrapper.')
+    if guarded:
+        cfg['nonfinite_guard'] = True
+    return cfg
 
 
 @STRATEGIES.register_module()
@@ -165,7 +174,7 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
                                                  or 'constructor' in optim_wrapper):
             optim_wrapper = xla_optim_wrapper_cfg(optim_wrapper)
         wrapper = super().build_optim_wrapper(optim_wrapper, model)
-        if isinstance(wrapper, BaseOptimWrapper) and not hasattr(wrapper, 'pop_scalars'):
+        if isinstance(wrapper, BaseOptimWrapper) and not isinstance(wrapper, XLAOptimWrapper):
             print_log(f'XLAStrategy: {type(wrapper).__name__} does not all-reduce gradients across '
                       'XLA replicas; use vit_plugin.XLAOptimWrapper for data-parallel training.',
                       logger='current', level=logging.WARNING)

@@ -6,7 +6,10 @@ model = dict(
     type='vit_plugin.MaskedPatchPrediction',
     # The paper feeds pixels scaled to [-1, 1]; the targets undo this normalisation exactly.
     data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True),
-    backbone=dict(type='vit_plugin.ViT', arch='b', img_size=224, patch_size=16, drop_rate=0.),
+    backbone=dict(type='vit_plugin.ViT', arch='b', img_size=224, patch_size=16, drop_rate=0.,
+                  # the official model's numerics, as the fine-tuning configs declare them (see vit_b16.py)
+                  gelu_approximate='tanh', norm_eps=1e-6,
+                  expected_input_norm=dict(mean=[127.5] * 3, std=[127.5] * 3)),
     head=dict(type='vit_plugin.MPPHead', in_channels=768, target='mean_color_3bit', patch_size=16),
     corrupt_ratio=0.5,
     mask_prob=0.8,

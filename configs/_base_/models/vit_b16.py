@@ -10,6 +10,11 @@ model = dict(
         img_size=224,
         patch_size=16,
         drop_rate=0.1,  # paper Table 3: dropout 0.1 for ImageNet(-21k) pre-training, 0.0 on JFT
+        # The official model's numerics, declared so that its checkpoints load without changing the model
+        # (docs/checkpoints.md#numerics-records): Flax's tanh GELU, LayerNorm eps 1e-6, pixels to [-1, 1].
+        gelu_approximate='tanh',
+        norm_eps=1e-6,
+        expected_input_norm=dict(mean=[127.5] * 3, std=[127.5] * 3),
     ),
     neck=None,
     head=dict(

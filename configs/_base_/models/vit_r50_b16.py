@@ -4,6 +4,9 @@
 _base_ = ['./vit_b16.py']
 model = dict(
     backbone=dict(_delete_=True, type='vit_plugin.HybridViT', arch='b', layers=(3, 4, 9), patch_size=1,
-                  img_size=224, drop_rate=0.1),
+                  img_size=224, drop_rate=0.1,
+                  # the official model's numerics (see vit_b16.py)
+                  gelu_approximate='tanh', norm_eps=1e-6,
+                  expected_input_norm=dict(mean=[127.5] * 3, std=[127.5] * 3)),
     head=dict(in_channels=768, hidden_dim=768),
 )

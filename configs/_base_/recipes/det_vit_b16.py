@@ -14,7 +14,7 @@ custom_imports = dict(imports=['vit_plugin'], allow_failed_imports=False)
 # input-scaling check (switches: docs/configs.md#one-runner-named-by-the-config).
 runner_type = 'vit_plugin.Runner'
 # Skip NaN/inf updates before they reach the weights (see configs/_base_/default_runtime.py).
-# RunnerCheckHook stops a run whose global batch mmengine's Runner.from_cfg dropped (it ignores runner_type).
+# RunnerCheckHook reports a run mmengine's Runner.from_cfg built without the run plan (it ignores runner_type).
 _guard_hooks = dict(nonfinite_guard=dict(type='vit_plugin.NonFiniteGuardHook', max_consecutive=10),
                     runner_check=dict(type='vit_plugin.RunnerCheckHook'))
 
@@ -34,6 +34,11 @@ _vit_backbone = dict(
     out_indices=(2, 5, 8, 11),
     drop_path_rate=0.1,
     with_cp=False,  # True: activation checkpointing (see the README's benchmark table)
+    # The official model's numerics (Flax's tanh GELU, LayerNorm eps 1e-6, pixels to [-1, 1]), declared so
+    # that official checkpoints load without changing the model (docs/checkpoints.md#numerics-records).
+    gelu_approximate='tanh',
+    norm_eps=1e-6,
+    expected_input_norm=dict(mean=[127.5] * 3, std=[127.5] * 3),
     init_cfg=dict(type='Pretrained', checkpoint='checkpoints/vit-b16_in21k.pth', prefix='backbone.'))
 # ----------------------------------------------------------------------------------------------------
 # The paper's ViTs see inputs scaled to [-1, 1].
@@ -54,7 +59,7 @@ _vit_fpn_neck = [
 # a dynamic loss scale); it works with this constructor.
 _vit_optim_wrapper = dict(
     _delete_=True,
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     constructor='vit_plugin.LayerDecayOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
     paramwise_cfg=dict(layer_decay_rate=0.7),

@@ -20,7 +20,9 @@ _base_ = [
 # work_dirs/vit_b16_in21k/last_checkpoint), or an official .npz / its conversion by
 # tools/convert_checkpoint.py. All three hold a whole classifier (backbone.*, head.*): keep
 # prefix='backbone.', or drop it (prefix=None) and the bare backbone takes the 'backbone.' part itself.
-# Official weights also record the GELU they were trained with (tanh), which the backbone then runs.
+# The backbone declares the official numerics (tanh GELU, LayerNorm eps 1e-6, inputs in [-1, 1]; from
+# ../models/vit_b16.py), so loading official weights, or ours trained by configs/vit_b16_in21k.py, changes
+# nothing; checkpoint_numerics='error' refuses weights recorded with other numerics.
 pretrained = 'checkpoints/vit_b16_in21k.pth'
 
 model = dict(

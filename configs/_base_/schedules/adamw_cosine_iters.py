@@ -12,7 +12,7 @@
 max_iters = 1000
 warmup_iters = 100
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
     clip_grad=dict(max_norm=1.0),
 )

@@ -2,7 +2,7 @@
 # with decoupled weight decay, linear warm-up) at a scale that suits 1,438 training images; the
 # values are choices measured to reach >= 90% top-1 on the digits test split (README "results").
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     optimizer=dict(type='AdamW', lr=2e-3, betas=(0.9, 0.999), weight_decay=0.05),
     clip_grad=dict(max_norm=1.0),
 )

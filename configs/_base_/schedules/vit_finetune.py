@@ -12,7 +12,7 @@ max_steps = 10000
 warmup_steps = 500
 
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='vit_plugin.GuardedOptimWrapper',  # drops NaN/inf updates (docs/configs.md)
     # The paper sweeps the learning rate per dataset (Table 4: {0.001, 0.003, 0.01, 0.03}, ImageNet
     # {0.003, 0.01, 0.03, 0.06}) and keeps the best on held-out data; 0.03 is inside every range
     # and is the official fine-tuning code's default. A choice, not a paper value for any dataset.

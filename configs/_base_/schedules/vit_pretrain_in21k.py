@@ -13,7 +13,9 @@ max_steps = 312000
 warmup_steps = 10000  # paper: linear warm-up over 10k steps
 
 optim_wrapper = dict(
-    type='OptimWrapper',  # `--amp`: vit_plugin's mixed-precision wrapper for the device (bf16 or fp16)
+    # Drops NaN/inf updates before they reach the weights (default_hooks.nonfinite_guard reports them).
+    # `--amp`: its mixed-precision counterpart for the device (bf16 or fp16).
+    type='vit_plugin.GuardedOptimWrapper',
     # Adam with b1=0.9, b2=0.999. The paper's weight decay (0.03 for ImageNet-21k, Table 3) is the
     # decoupled decay of the Flax optimiser it used, which is AdamW's: param -= lr * wd * param.
     # As in the official code it applies to every parameter; use paramwise_cfg to exclude some.

@@ -1,18 +1,19 @@
 """The host side of ``vit_plugin.NonFiniteGuardHook``: verdicts read in batches, streaks counted, the run
 stopped.
 
-The verdicts of :class:`~vit_plugin.engine.optimizers.nonfinite_step.NonFiniteGuard` stay on the
-device. :class:`SkipLedger` collects one per update and reads them on the host every
-``check_interval`` iterations (one small transfer): there the streak is counted, the skipped
-iterations are logged with their non-finite loss terms and the stop is decided. A streak is
-therefore stopped up to ``check_interval - 1`` iterations after it reached ``max_consecutive``;
-those iterations change no weights either.
+The verdicts of the guarded optimizer wrappers
+(:class:`~vit_plugin.engine.optimizers.nonfinite_step.NonFiniteGuardMixin`) stay on the device.
+:class:`SkipLedger` collects one per update and reads them on the host every ``check_interval``
+iterations (one small transfer): there the streak is counted, the skipped iterations are logged with
+their non-finite loss terms and the stop is decided. A streak is therefore stopped up to
+``check_interval - 1`` iterations after it reached ``max_consecutive``; those iterations change no
+weights either.
 
 Every skipped update is counted, whoever skipped it: the guard's own check, or the fp16 scaler's
 (whose overflows the guard sees too). Under fp16 the run also stops when the loss scale has fallen
 below ``min_loss_scale``. A wrapper that checks and counts on the device itself
-(``vit_plugin.XLAOptimWrapper``) hands over its counters when they reach the host with the logged
-losses: :meth:`SkipLedger.read_device_counts`.
+(``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``) hands over its counters when they reach the
+host with the logged losses: :meth:`SkipLedger.read_device_counts`.
 """
 import logging
 import math
@@ -21,7 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from mmengine.logging import print_log
 
-from vit_plugin.engine.optimizers.nonfinite_step import NonFiniteGuard
+from vit_plugin.engine.optimizers.nonfinite_step import NonFiniteGuardMixin
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -49,8 +50,8 @@ def _detached(outputs) -> dict:
     return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in (outputs or {}).items()}
 
 
-def _scaler(guards: Sequence[NonFiniteGuard]):
-    scalers = [g.loss_scaler for g in guards if g.loss_scaler is not None]
+def _scaler(guards: Sequence[NonFiniteGuardMixin]):
+    scalers = [g.active_loss_scaler for g in guards if g.active_loss_scaler is not None]
     return scalers[0] if scalers else None
 
 
@@ -80,7 +81,7 @@ class SkipLedger:
             torch.stack([v.to(verdicts[0].device) for v in verdicts]).amax(0)
         self._pending.append((iteration, flags, _detached(outputs)))
 
-    def read(self, runner, guards: Sequence[NonFiniteGuard], stop: bool = True) -> None:
+    def read(self, runner, guards: Sequence[NonFiniteGuardMixin], stop: bool = True) -> None:
         """Host side: count, log and decide on the verdicts collected since the last read."""
         pending, self._pending = self._pending, []
         scaler = _scaler(guards)

@@ -27,7 +27,10 @@ class PosEmbedResizeHook(Hook):
       that already have the model's shapes.
 
     Every resize is logged once: the pre-hook later finds the tensors already adapted and stays
-    silent.
+    silent. Only shapes and key names are adapted here
+    (:func:`~vit_plugin.models.load_adapt.adapt_vit_state_dict`): the checkpoint's numerics records
+    (GELU, LayerNorm eps, input normalisation) stay in the dict for the backbone's own load step, which
+    its ``checkpoint_numerics`` keyword controls (an EMA copy of the model loading the dict sees them too).
 
     Args:
         reset_optimizer_state (bool): Reset the optimizer state of parameters whose shape changed.

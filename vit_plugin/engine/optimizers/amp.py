@@ -14,6 +14,9 @@
   this wrapper pinned to the CPU.
 * XLA: ``vit_plugin.XLAOptimWrapper(dtype='bfloat16')`` (XLA autocast).
 
+Each wrapper has a guarded type that drops non-finite updates (``vit_plugin.GuardedAutocastOptimWrapper``,
+``vit_plugin.GuardedCPUAmpOptimWrapper``; :mod:`~vit_plugin.engine.optimizers.nonfinite_step`).
+
 CUDA's autocast policy already keeps LayerNorm, softmax and the losses in fp32. Weights, gradients
 and optimizer state stay fp32 everywhere. :func:`resolve_precision` is the rule behind
 ``tools/train.py --amp``: bf16 where the device computes it natively, fp16 with loss scaling on
@@ -29,6 +32,8 @@ from mmengine.optim import OptimWrapper
 from torch.overrides import TorchFunctionMode
 
 from vit_plugin.registry import OPTIM_WRAPPERS
+
+from .nonfinite_step import GUARDED_TYPES, UNGUARDED_TYPES, NonFiniteGuardMixin, wrapper_type_name
 
 # Numerically sensitive ops that must see fp32 inputs: normalisation statistics, the softmax's
 # exponentials/normaliser and the losses' log-sum-exp lose most of their accuracy in bf16's 8 bits.
@@ -234,6 +239,29 @@ class CPUAmpOptimWrapper(AutocastOptimWrapper):
         super().__init__(dtype=dtype, device_type='cpu', **kwargs)
 
 
+@OPTIM_WRAPPERS.register_module()
+class GuardedAutocastOptimWrapper(NonFiniteGuardMixin, AutocastOptimWrapper):
+    """:class:`AutocastOptimWrapper` that drops an update whose loss or gradients are not finite
+    (:mod:`~vit_plugin.engine.optimizers.nonfinite_step`; fp16: the loss scaler's check and the loss's).
+
+    Args:
+        check_grad_norm (bool): Also check the global gradient norm where there is no loss scaler
+            (bf16). Defaults to True.
+        **kwargs: As for :class:`AutocastOptimWrapper`.
+    """
+
+
+@OPTIM_WRAPPERS.register_module()
+class GuardedCPUAmpOptimWrapper(NonFiniteGuardMixin, CPUAmpOptimWrapper):
+    """:class:`CPUAmpOptimWrapper` that drops an update whose loss or gradients are not finite
+    (:mod:`~vit_plugin.engine.optimizers.nonfinite_step`).
+
+    Args:
+        check_grad_norm (bool): Also check the global gradient norm. Defaults to True.
+        **kwargs: As for :class:`CPUAmpOptimWrapper`.
+    """
+
+
 def resolve_precision(requested: str, device: str) -> Tuple[str, str]:
     """The precision ``--amp [requested]`` trains in on ``device``, and why.
 
@@ -269,6 +297,8 @@ def resolve_precision(requested: str, device: str) -> Tuple[str, str]:
 def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dict:
     """Rewrite an ``optim_wrapper`` config for mixed precision on ``device``.
 
+    A guarded type (``vit_plugin.GuardedOptimWrapper`` ...) becomes the guarded mixed-precision type.
+
     Args:
         optim_wrapper (dict): The config's ``optim_wrapper`` (changed in place).
         precision (str): ``'bf16'`` or ``'fp16'`` (fp16 with dynamic loss scaling, GPU only).
@@ -280,15 +310,17 @@ def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dic
     if precision not in ('bf16', 'fp16'):
         raise ValueError(f"mixed precision must be 'bf16' or 'fp16', got {precision!r}.")
     wrapper_type = optim_wrapper.get('type', 'OptimWrapper')
-    if str(wrapper_type).split('.')[-1] not in ('OptimWrapper', 'AmpOptimWrapper', 'CPUAmpOptimWrapper',
-                                                'AutocastOptimWrapper'):
+    name = wrapper_type_name(wrapper_type)
+    if name not in GUARDED_TYPES and name not in UNGUARDED_TYPES:
         raise ValueError(f'optim_wrapper.type={wrapper_type!r}: mixed precision replaces the optimizer '
-                         'wrapper and knows only OptimWrapper / AmpOptimWrapper configs.')
+                         'wrapper and knows only OptimWrapper / AmpOptimWrapper configs (or their '
+                         'vit_plugin.Guarded* variants).')
     if precision == 'fp16' and device != 'cuda':
         raise ValueError(f'fp16 mixed precision needs a GPU (dynamic loss scaling); on {device} use '
                          'bf16 (`--amp bf16`).')
+    guarded = 'Guarded' if name in UNGUARDED_TYPES else ''  # the non-finite guard stays as the config chose
     if device == 'cuda':
-        optim_wrapper['type'] = 'vit_plugin.AutocastOptimWrapper'
+        optim_wrapper['type'] = f'vit_plugin.{guarded}AutocastOptimWrapper'
         optim_wrapper.pop('use_fsdp', None)  # an mmengine AmpOptimWrapper option
         if precision == 'bf16':
             optim_wrapper['dtype'] = 'bfloat16'
@@ -297,11 +329,11 @@ def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dic
             optim_wrapper['dtype'] = 'float16'
             optim_wrapper.setdefault('loss_scale', 'dynamic')
     elif device == 'xla':
-        # vit_plugin.xla.to_xla_config turns this into XLAOptimWrapper with XLA autocast.
-        optim_wrapper['type'] = 'AmpOptimWrapper'
+        # vit_plugin.xla.xla_optim_wrapper_cfg turns this into XLAOptimWrapper with XLA autocast.
+        optim_wrapper['type'] = 'vit_plugin.GuardedAmpOptimWrapper' if guarded else 'AmpOptimWrapper'
         optim_wrapper['dtype'] = 'bfloat16'
     elif device == 'cpu':
-        optim_wrapper['type'] = 'vit_plugin.CPUAmpOptimWrapper'
+        optim_wrapper['type'] = f'vit_plugin.{guarded}CPUAmpOptimWrapper'
         optim_wrapper['dtype'] = 'bfloat16'
         optim_wrapper.pop('loss_scale', None)
     else:

@@ -1,4 +1,4 @@
-"""The global gradient norm, checked by ``vit_plugin.NonFiniteGuardHook`` and ``vit_plugin.XLAOptimWrapper``."""
+"""The global gradient norm, checked by the guarded optimizer wrappers (``vit_plugin.GuardedOptimWrapper``, ...)."""
 from typing import List, Optional
 
 import torch

@@ -52,6 +52,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
       (``pos_embed``, ``cls_token``, relative position tables), get none.
     - ``custom_keys`` (dict): Substring of a parameter name -> ``dict(lr_mult=..., decay_mult=...)``,
       applied on top of the rules above (longest matching key wins).
+    - ``strict_custom_keys`` (bool): A custom key that matches no parameter is an error instead of a
+      warning (:mod:`~vit_plugin.engine.optimizers.custom_keys`, checked by vit_plugin's runners).
 
     Example::
 
@@ -64,10 +66,10 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: Optional[dict] = None):
         paramwise_cfg = dict(paramwise_cfg or {})
-        unknown = set(paramwise_cfg) - {'layer_decay_rate', 'decay_norm_and_bias', 'custom_keys'}
+        unknown = set(paramwise_cfg) - {'layer_decay_rate', 'decay_norm_and_bias', 'custom_keys', 'strict_custom_keys'}
         if unknown:
             raise KeyError(f'LayerDecayOptimWrapperConstructor: unknown paramwise_cfg keys {sorted(unknown)}; '
-                           f'supported: layer_decay_rate, decay_norm_and_bias, custom_keys')
+                           f'supported: layer_decay_rate, decay_norm_and_bias, custom_keys, strict_custom_keys')
         paramwise_cfg.setdefault('layer_decay_rate', 1.0)  # non-empty: mmengine then calls add_params
         super().__init__(optim_wrapper_cfg, paramwise_cfg)
         if self.base_lr is None:

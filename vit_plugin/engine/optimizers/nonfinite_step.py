@@ -1,8 +1,11 @@
-"""The non-finite check on one optimizer wrapper: an update whose loss or gradients are not finite
-changes nothing.
+"""Optimizer wrappers that drop an update whose loss or gradients are not finite.
 
-:class:`NonFiniteGuard` sits between the backward pass and the optimizer step of a wrapper
-(``vit_plugin.NonFiniteGuardHook`` installs one per wrapper):
+The guard is a property of the optimizer wrapper type the config names (docs/configs.md, "Non-finite
+steps are skipped"): ``vit_plugin.GuardedOptimWrapper`` for mmengine's ``OptimWrapper``,
+``vit_plugin.GuardedAmpOptimWrapper`` for its ``AmpOptimWrapper``, the guarded autocast wrappers of
+:mod:`vit_plugin.engine.optimizers.amp`, and ``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``
+(which checks and counts on its device, :class:`DeviceCountedNonFiniteGuard`).
+:class:`NonFiniteGuardMixin` holds the check between the backward pass and the optimizer step:
 
 * every backward pass records whether its loss is finite; before the update, the global gradient
   norm (all parameters, after the DDP all-reduce) is checked as well -- or, under fp16 loss
@@ -19,27 +22,24 @@ and torch's fused Adam/AdamW/SGD (the CUDA default of ``tools/train.py``) take a
 tensor and leave parameters and state untouched when it is set, as they do for the fp16 scaler.
 Optimizers without a fused kernel (foreach/for-loop AdamW, LAMB, LARS...) need the verdict on the
 host before they step: one device-to-host read per update there (free on a CPU, where the device is
-the host). The verdicts are read in batches by the hook (:mod:`vit_plugin.engine.hooks.nonfinite_reads`).
+the host). ``vit_plugin.NonFiniteGuardHook`` reads the verdicts in batches, logs the skips and stops
+a run after too many in a row (:mod:`vit_plugin.engine.hooks.nonfinite_reads`).
 
 Cost on the device: one norm over the gradients (a read of every gradient, much cheaper than the
 optimizer's own update) and, under fp16, an explicit unscale of the gradients (which the fused
 optimizers would otherwise fold into their update).
 """
-from contextlib import contextmanager
-from typing import List, Optional
+import copy
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
-from mmengine.optim import OptimWrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from torch.amp.grad_scaler import OptState
 
-from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.compat import torch as torch_compat
 from vit_plugin.engine.optimizers.grad_norm import global_grad_norm
-
-
-def _grads(wrapper: OptimWrapper) -> List[torch.Tensor]:
-    return [p.grad for group in wrapper.optimizer.param_groups for p in group['params']
-            if p.grad is not None]
+from vit_plugin.registry import OPTIM_WRAPPERS
 
 
 def _skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
@@ -48,68 +48,61 @@ def _skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
         group.get('fused') for group in optimizer.param_groups)
 
 
-def _scaler_state(scaler, optimizer) -> dict:
-    # torch.amp.GradScaler keeps, per optimizer, the stage of the iteration (READY -> UNSCALED ->
-    # STEPPED) and the per-device inf/NaN flags its unscale_ found; step() skips on them and update()
-    # lowers the scale when any is set. (Stable since torch 1.6; the guard's tests run the real
-    # GradScaler.)
-    return torch_compat.grad_scaler_state(scaler, optimizer)
+class NonFiniteGuardMixin:
+    """The non-finite check of an optimizer wrapper class (see the module docstring).
 
-
-@contextmanager
-def _unscale_done(scaler):
-    """The gradients are unscaled already: a second ``unscale_`` (the wrapper's, before clipping)
-    must not raise."""
-    scaler.unscale_ = lambda optimizer: None
-    try:
-        yield
-    finally:
-        del scaler.unscale_
-
-
-class NonFiniteGuard:
-    """The per-update check installed on one optimizer wrapper (see the module docstring).
-
-    It wraps the wrapper's ``backward`` (to see each loss) and ``step`` (to veto the update) on the
-    instance, so it works with every mmengine wrapper (``OptimWrapper``, ``AmpOptimWrapper``,
-    vit_plugin's autocast wrapper) without a subclass per wrapper type.
+    Put it before an mmengine ``OptimWrapper`` class in the bases: it extends ``backward`` (to see
+    each loss) and ``step`` (to drop a non-finite update). ``vit_plugin.NonFiniteGuardHook`` reads
+    the verdicts (:meth:`take_verdict`) and decides when the run stops.
 
     Args:
-        wrapper (OptimWrapper): The wrapper to guard.
         check_grad_norm (bool): Also check the global gradient norm (without a loss scaler, which
             checks the gradients itself). Defaults to True.
+        **kwargs: The wrapper's own arguments (``optimizer``, ``clip_grad``, ...).
+
+    Attributes:
+        last_grad_norm (torch.Tensor or None): The global gradient norm of the last update, on the
+            device (None: not computed).
     """
 
-    def __init__(self, wrapper: OptimWrapper, check_grad_norm: bool = True):
-        self.wrapper = wrapper
+    #: The wrapper's loss scaler; AMP wrappers set their own (None: no loss scaling).
+    loss_scaler = None
+
+    def __init__(self, *args, check_grad_norm: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
         self.check_grad_norm = check_grad_norm
-        self._loss_bad: Optional[torch.Tensor] = None
-        # Verdict of the last update, on the device: [loss not finite, gradients not finite] as
-        # 0/1 floats (None: no update since it was taken).
-        self._last: Optional[torch.Tensor] = None
         self.last_grad_norm: Optional[torch.Tensor] = None
-        self._backward, self._step = wrapper.backward, wrapper.step
-
-        def guarded_step(**kwargs):
-            return self.step(**kwargs)
-
-        # mmengine's parameter schedulers wrap ``wrapper.step`` in a call counter when they are built
-        # (before this hook runs) and warn if the method they find later lacks the mark; the counter
-        # still runs inside ``self._step``, so carry the mark over.
-        mmengine_compat.copy_scheduler_counter_mark(self._step, guarded_step)
-        wrapper.backward, wrapper.step = self.backward, guarded_step
-        wrapper._nonfinite_guard = self
+        self._loss_bad: Optional[torch.Tensor] = None
+        # Verdict of the last update, on the device: [loss not finite, gradients not finite] as 0/1
+        # floats (None: no update since it was taken).
+        self._verdict_flags: Optional[torch.Tensor] = None
 
     @property
-    def loss_scaler(self):
-        """The wrapper's enabled fp16 loss scaler, or None."""
-        scaler = getattr(self.wrapper, 'loss_scaler', None)
+    def active_loss_scaler(self):
+        """The enabled fp16 loss scaler, or None."""
+        scaler = self.loss_scaler
         return scaler if scaler is not None and scaler.is_enabled() else None
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         bad = ~torch.isfinite(loss.detach()).all()
         self._loss_bad = bad if self._loss_bad is None else self._loss_bad | bad
-        self._backward(loss, **kwargs)
+        super().backward(loss, **kwargs)
+
+    def step(self, **kwargs) -> None:
+        scaler = self.active_loss_scaler
+        self._verdict_flags = self._scaled_step(scaler, kwargs) if scaler is not None else self._plain_step(kwargs)
+
+    def take_verdict(self) -> Optional[torch.Tensor]:
+        """The device verdict ``[loss not finite, gradients not finite]`` of the last update (None: no
+        update happened since the last call)."""
+        flags, self._verdict_flags = self._verdict_flags, None
+        return flags
+
+    def pop_skipped(self) -> Optional[bool]:
+        """Whether the last update was skipped (None: no update since the last call). Reads the verdict
+        on the host."""
+        flags = self.take_verdict()
+        return None if flags is None else bool(flags.max().item())
 
     def _verdict(self, grads_bad: torch.Tensor) -> torch.Tensor:
         """[loss bad, gradients bad] of this update, common to all ranks (still on the device)."""
@@ -126,58 +119,170 @@ class NonFiniteGuard:
             flags = shared.to(flags.device)
         return flags
 
-    def step(self, **kwargs) -> None:
-        self._last = self._scaled_step(kwargs) if self.loss_scaler is not None else self._plain_step(kwargs)
-
-    def _plain_step(self, kwargs) -> torch.Tensor:
-        optimizer = self.wrapper.optimizer
-        grads = _grads(self.wrapper)
+    def _plain_step(self, kwargs: dict) -> torch.Tensor:
+        optimizer = self.optimizer
+        grads = [p.grad for group in optimizer.param_groups for p in group['params'] if p.grad is not None]
         norm = global_grad_norm(grads) if self.check_grad_norm else None
         device = grads[0].device if grads else torch.device('cpu')
         grads_bad = ~torch.isfinite(norm) if norm is not None else torch.zeros((), dtype=torch.bool, device=device)
         self.last_grad_norm = norm
         flags = self._verdict(grads_bad)
         if _skips_on_device(optimizer):
-            # The fused kernels skip parameters, moments and step count when found_inf is set.
+            # The fused kernels skip parameters, moments and step count when found_inf is set (the
+            # attribute is how torch's GradScaler hands them its flag, too).
             optimizer.found_inf = flags.max().to(device)
             try:
-                self._step(**kwargs)
+                super().step(**kwargs)
             finally:
                 del optimizer.found_inf
         elif not flags.max().item():  # the host decides: one read per update
-            self._step(**kwargs)
+            super().step(**kwargs)
         return flags
 
-    def _scaled_step(self, kwargs) -> torch.Tensor:
-        from torch.amp.grad_scaler import OptState
-
-        scaler, optimizer = self.loss_scaler, self.wrapper.optimizer
-        state = _scaler_state(scaler, optimizer)
+    def _scaled_step(self, scaler, kwargs: dict) -> torch.Tensor:
+        # The AMP wrappers' step (unscale to clip, clip, scaler.step, scaler.update) with the check
+        # between the scaler's unscale_ (which finds inf/NaN gradients) and its step (which skips on
+        # what it found): the guard adds its loss check to the scaler's flags.
+        optimizer = self.optimizer
+        state = torch_compat.grad_scaler_state(scaler, optimizer)
         if state['stage'] is OptState.READY:
             scaler.unscale_(optimizer)  # fills the scaler's per-device inf/NaN flags (on the device)
         found = list(state['found_inf_per_device'].values())
-        if not found:  # no gradients at all
-            self._loss_bad = None
-            self._step(**kwargs)
-            return torch.zeros(2)
-        grads_bad = torch.stack([f.to(found[0].device).reshape(()) for f in found]).max() > 0
         self.last_grad_norm = None
-        flags = self._verdict(grads_bad)
-        bad = flags.max()
-        for flag in found:  # the scaler skips, and lowers its scale, on what the guard decided
-            flag.copy_(torch.maximum(flag, bad.to(flag.device)))
-        with _unscale_done(scaler):
-            self._step(**kwargs)
+        if found:
+            grads_bad = torch.stack([f.to(found[0].device).reshape(()) for f in found]).max() > 0
+            flags = self._verdict(grads_bad)
+            bad = flags.max()
+            for flag in found:  # the scaler skips, and lowers its scale, on what the guard decided
+                flag.copy_(torch.maximum(flag, bad.to(flag.device)))
+        else:  # no gradients at all
+            self._loss_bad = None
+            flags = torch.zeros(2)
+        if self.clip_grad_kwargs:
+            self._clip_grad()
+        scaler.step(optimizer, **kwargs)
+        scaler.update(self._scale_update_param)
         return flags
 
-    def take(self) -> Optional[torch.Tensor]:
-        """The device verdict ``[loss bad, gradients bad]`` of the last update (None: no update
-        happened since the last call)."""
-        flags, self._last = self._last, None
-        return flags
 
-    def pop(self) -> Optional[bool]:
-        """Whether the update of the last iteration was skipped (None: no update happened). Reads
-        the verdict on the host."""
-        flags = self.take()
-        return None if flags is None else bool(flags.max().item())
+class DeviceCountedNonFiniteGuard:
+    """Interface of an optimizer wrapper that skips non-finite updates and counts them on its device
+    (``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``): ``vit_plugin.NonFiniteGuardHook`` reads the
+    counters when they reach the host (:meth:`nonfinite_counts`) instead of one verdict per update.
+
+    Attributes:
+        nonfinite_guard (bool): Whether the guard is on.
+    """
+
+    nonfinite_guard: bool = False
+
+    def nonfinite_counts(self, message_hub) -> Optional[Tuple[int, int]]:
+        """(updates skipped, longest streak) as last logged, or None before they reached the host."""
+        raise NotImplementedError
+
+
+@OPTIM_WRAPPERS.register_module()
+class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
+    """mmengine's ``OptimWrapper`` that drops an update whose loss or gradients are not finite.
+
+    Args:
+        check_grad_norm (bool): Also check the global gradient norm. Defaults to True.
+        **kwargs: ``optimizer``, ``accumulative_counts``, ``clip_grad`` as for ``OptimWrapper``.
+    """
+
+
+@OPTIM_WRAPPERS.register_module()
+class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
+    """mmengine's ``AmpOptimWrapper`` that drops an update whose loss or gradients are not finite.
+
+    Args:
+        check_grad_norm (bool): Also check the global gradient norm where there is no loss scaler.
+            Defaults to True.
+        **kwargs: ``loss_scale``, ``dtype``, ``use_fsdp``, ``optimizer``, ... as for ``AmpOptimWrapper``.
+    """
+
+
+#: Each optimizer wrapper type and its guarded counterpart (the XLA wrapper guards with an option).
+GUARDED_TYPES: Dict[str, str] = {
+    'OptimWrapper': 'vit_plugin.GuardedOptimWrapper',
+    'AmpOptimWrapper': 'vit_plugin.GuardedAmpOptimWrapper',
+    'AutocastOptimWrapper': 'vit_plugin.GuardedAutocastOptimWrapper',
+    'CPUAmpOptimWrapper': 'vit_plugin.GuardedCPUAmpOptimWrapper',
+}
+#: Each guarded optimizer wrapper type and its unguarded counterpart.
+UNGUARDED_TYPES: Dict[str, str] = {
+    'GuardedOptimWrapper': 'OptimWrapper',
+    'GuardedAmpOptimWrapper': 'AmpOptimWrapper',
+    'GuardedAutocastOptimWrapper': 'vit_plugin.AutocastOptimWrapper',
+    'GuardedCPUAmpOptimWrapper': 'vit_plugin.CPUAmpOptimWrapper',
+}
+_XLA = 'XLAOptimWrapper'
+
+
+def wrapper_type_name(wrapper_type: Any) -> str:
+    """The class name an ``optim_wrapper`` config's ``type`` names, without its scope (a missing type is
+    mmengine's default, ``OptimWrapper``)."""
+    if wrapper_type is None:
+        return 'OptimWrapper'
+    name = wrapper_type.__name__ if isinstance(wrapper_type, type) else str(wrapper_type)
+    return name.split('.')[-1]
+
+
+def _settings(guard_settings) -> Tuple[bool, Optional[bool]]:
+    """(enabled, check_grad_norm or None) of a ``default_hooks.nonfinite_guard`` entry."""
+    if isinstance(guard_settings, dict):
+        return bool(guard_settings.get('enabled', True)), guard_settings.get('check_grad_norm')
+    return bool(guard_settings.enabled), guard_settings.check_grad_norm  # a built NonFiniteGuardHook
+
+
+def _one_wrapper(cfg: dict, enabled: bool, check_grad_norm: Optional[bool], key: str) -> dict:
+    name = wrapper_type_name(cfg.get('type'))
+    if name == _XLA:
+        cfg['nonfinite_guard'] = enabled
+    elif enabled and name in GUARDED_TYPES:
+        cfg['type'] = GUARDED_TYPES[name]
+    elif not enabled and name in UNGUARDED_TYPES:
+        cfg['type'] = UNGUARDED_TYPES[name]
+    elif name not in UNGUARDED_TYPES and name not in GUARDED_TYPES:
+        return cfg  # no guarded counterpart: NonFiniteGuardHook says so when the run starts
+    if not enabled:
+        cfg.pop('check_grad_norm', None)
+    elif check_grad_norm is not None:
+        if cfg.get('check_grad_norm', check_grad_norm) != check_grad_norm:
+            raise ValueError(f'{key}.check_grad_norm={cfg["check_grad_norm"]} and default_hooks.nonfinite_guard.'
+                             f'check_grad_norm={check_grad_norm} disagree: set one of them.')
+        cfg['check_grad_norm'] = check_grad_norm
+    return cfg
+
+
+def guarded_optim_wrapper_cfg(optim_wrapper_cfg: Optional[dict], guard_settings) -> Optional[dict]:
+    """The ``optim_wrapper`` config with the non-finite guard as ``default_hooks.nonfinite_guard`` sets it.
+
+    A pure function (the input is not changed). With the hook enabled, each wrapper type becomes its
+    guarded counterpart (:data:`GUARDED_TYPES`; ``vit_plugin.XLAOptimWrapper`` gets
+    ``nonfinite_guard=True``) and the hook's ``check_grad_norm``, when given, is copied to the wrapper;
+    with ``enabled=False`` the guarded types become their unguarded counterparts. Without the hook
+    (``guard_settings`` None) the config is returned as it is. Per-module wrappers (mmengine's
+    ``MultiOptimWrapperConstructor``) are mapped one by one; other types are left as they are.
+
+    Args:
+        optim_wrapper_cfg (dict, optional): The config's ``optim_wrapper``.
+        guard_settings (dict or NonFiniteGuardHook, optional): The config's
+            ``default_hooks.nonfinite_guard``.
+
+    Returns:
+        dict or None: A new ``optim_wrapper`` config.
+
+    Raises:
+        ValueError: The wrapper's ``check_grad_norm`` and the hook's disagree.
+    """
+    cfg = copy.deepcopy(optim_wrapper_cfg)
+    if cfg is None or guard_settings is None:
+        return cfg
+    enabled, check_grad_norm = _settings(guard_settings)
+    if 'optimizer' in cfg or 'type' in cfg:
+        return _one_wrapper(cfg, enabled, check_grad_norm, 'optim_wrapper')
+    for key, value in cfg.items():  # one wrapper per module
+        if isinstance(value, dict) and ('optimizer' in value or 'type' in value):
+            cfg[key] = _one_wrapper(value, enabled, check_grad_norm, f'optim_wrapper.{key}')
+    return cfg

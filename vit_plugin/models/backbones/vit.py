@@ -1,7 +1,7 @@
 """The Vision Transformer backbone of Dosovitskiy et al., ICLR 2021."""
 import math
 import warnings
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -9,7 +9,9 @@ from mmengine.model import BaseModule
 
 from vit_plugin.registry import MODELS
 from ..layers import EncoderBlock, PatchEmbed, lecun_normal_, pad_to_patch_multiple
-from ..load_adapt import adapt_vit_state_dict, record_gelu, record_input_norm, record_norm_eps
+from ..load_adapt import adapt_vit_state_dict
+from ..numerics import (CHECKPOINT_NUMERICS, apply_checkpoint_numerics, parse_input_norm, record_gelu,
+                        record_input_norm, record_norm_eps)
 from ..pos_embed import CHECKPOINT_RESIZE_MODE, RESIZE_MODES, resize_pos_embed
 from ..rel_pos import REL_POS_PARAM_SUFFIXES
 from .vit_arch import VIT_ARCHS, parse_arch
@@ -31,6 +33,24 @@ def global_block_indices(num_layers: int) -> Tuple[int, ...]:
         tuple[int]: Sorted 0-based indices of the global blocks.
     """
     return tuple(sorted({(k * num_layers + 3) // 4 - 1 for k in range(1, 5)}))  # ceil(k L / 4) - 1
+
+
+#: How a ViT may run its blocks instead of its Python loop (:meth:`ViT.set_block_runner`):
+#: ``runner(blocks, tokens, grid) -> tokens after the last block``.
+BlockRunner = Callable[[nn.ModuleList, torch.Tensor, Tuple[int, int]], torch.Tensor]
+
+
+class BlockOutputs(NamedTuple):
+    """What one pass of the encoder loop (:meth:`ViT.forward_blocks`) gives.
+
+    Attributes:
+        last (Tensor): Tokens (B, N, D) after the last block, before the final norm.
+        taps (list[Tensor]): Tokens after each block asked for, in block order.
+        attention (list[Tensor]): Attention weights (B, heads, N, N) of every block, when asked for.
+    """
+    last: torch.Tensor
+    taps: List[torch.Tensor]
+    attention: List[torch.Tensor]
 
 
 @MODELS.register_module()
@@ -77,7 +97,18 @@ class ViT(BaseModule):
         gelu_approximate (str): 'none' (exact GELU, the PyTorch/timm convention) or 'tanh' (the
             approximation the official Flax model uses; choose it to reproduce official outputs
             exactly). Defaults to 'none'. Weights that record the GELU they were trained with (the
-            converted official ones record 'tanh') switch the model to it when they load (logged).
+            converted official ones record 'tanh') switch the model to it when they load, as
+            ``checkpoint_numerics`` says.
+        expected_input_norm (dict, optional): The input normalisation the weights expect,
+            ``dict(mean=[...], std=[...])`` in 0..255 units (the official weights: 127.5 and 127.5);
+            the data preprocessor is checked against it
+            (:func:`~vit_plugin.models.check_input_normalization`) and it is saved with the weights.
+            Defaults to None: not declared (a checkpoint's record then sets it).
+        checkpoint_numerics (str): What a checkpoint's record of the GELU, the LayerNorm eps or the
+            input normalisation does when it differs from this model's: 'from_checkpoint' (the model
+            runs the record's value, one warning line per change), 'keep' (the record is ignored,
+            logged) or 'error' (a ``ValueError`` naming the keyword). Defaults to 'from_checkpoint'.
+            See :mod:`vit_plugin.models.numerics`.
         final_norm (bool): Apply the final LayerNorm. Defaults to True.
         interpolate_mode (str): Resize mode (see :data:`RESIZE_MODES`) used when an input's patch
             grid differs from the stored one. Defaults to 'bicubic'.
@@ -92,7 +123,8 @@ class ViT(BaseModule):
             ``frozen_stages`` blocks; the final norm (and ``fc_norm``) too when all blocks are frozen.
             Frozen parts stay in eval mode after ``train()``, the dropout after the position embedding
             included, so frozen features are deterministic. Defaults to -1.
-        with_cp (bool): Activation checkpointing in every block while training. Defaults to False.
+        with_cp (bool): Activation checkpointing in every block while training (the switch of
+            :meth:`set_grad_checkpointing`). Defaults to False.
         window_size (int): If > 0, the blocks in ``window_block_indices`` attend only within
             non-overlapping windows of ``window_size`` x ``window_size`` patches (ViTDet's local blocks;
             the grid is padded to whole windows and the padding masked). The others stay global.
@@ -146,6 +178,8 @@ class ViT(BaseModule):
                  qkv_bias: bool = True,
                  norm_eps: Optional[float] = None,
                  gelu_approximate: str = 'none',
+                 expected_input_norm: Optional[dict] = None,
+                 checkpoint_numerics: str = 'from_checkpoint',
                  final_norm: bool = True,
                  interpolate_mode: str = 'bicubic',
                  pos_embed_load_mode: str = CHECKPOINT_RESIZE_MODE,
@@ -165,7 +199,8 @@ class ViT(BaseModule):
         self.arch_settings = parse_arch(arch, self.arch_zoo)
         self.embed_dims = self.arch_settings['embed_dims']
         self.num_layers = self.arch_settings['num_layers']
-        _check_choices(out_type, with_cls_token, interpolate_mode, pos_embed_load_mode, gelu_approximate)
+        _check_choices(out_type, with_cls_token, interpolate_mode, pos_embed_load_mode, gelu_approximate,
+                       checkpoint_numerics)
         norm_eps = resolve_norm_eps(norm_eps, norm_cfg)
         patch = patch_settings(patch_cfg, patch_size, img_size, in_channels, self.embed_dims, pad_to_patch, pre_norm)
         self.img_size = patch.img_size
@@ -179,6 +214,7 @@ class ViT(BaseModule):
         self.pos_embed_load_mode = pos_embed_load_mode
         self.final_norm = final_norm
         self.frozen_stages = frozen_stages
+        self.checkpoint_numerics = checkpoint_numerics
 
         self._build_embedding(patch, drop_rate, pre_norm, norm_eps)
         self.window_size = window_size
@@ -192,11 +228,8 @@ class ViT(BaseModule):
         self._build_output_norms(norm_eps)
         self.out_indices = self._parse_out_indices(out_indices)
         self.set_grad_checkpointing(with_cp)
-        # How the encoder runs its blocks: None loops over them in Python. An accelerator back end
-        # may install a runner ``(blocks, x, grid) -> x`` that computes the same thing in one
-        # compiled loop (vit_plugin.xla.scan: the XLA compiler then sees one block, not 24 or 32).
-        self.block_runner = None
-        self._register_state_hooks()
+        self.block_runner: Optional[BlockRunner] = None  # the Python loop; see set_block_runner
+        self._register_state_hooks(parse_input_norm(expected_input_norm))
         self._freeze_stages()
 
     # ------------------------------------------------------------------ construction steps
@@ -231,17 +264,20 @@ class ViT(BaseModule):
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.final_norm else nn.Identity()
         self.fc_norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.out_type == 'avg_featmap' else nn.Identity()
 
-    def _register_state_hooks(self) -> None:
-        """Loading adapts incoming weights (:meth:`_resize_pos_embed_on_load`); saving records how the
-        weights must be run (tanh GELU) and fed (input normalisation, when a checkpoint told us)."""
-        self.register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
+    def _register_state_hooks(self, expected_input_norm) -> None:
+        """Loading runs two steps in turn: :meth:`_adapt_checkpoint_layout_on_load` (shapes and key
+        names), then :meth:`_apply_checkpoint_numerics_on_load` (the records of GELU, LayerNorm eps and
+        input normalisation, as ``checkpoint_numerics`` says). Saving records how the weights must be
+        run (tanh GELU, a recorded eps) and fed (input normalisation, declared or recorded)."""
+        self.register_load_state_dict_pre_hook(self._adapt_checkpoint_layout_on_load)
+        self.register_load_state_dict_pre_hook(self._apply_checkpoint_numerics_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
-        # The LayerNorm epsilon a checkpoint set (e.g. 1e-12 of transformers ports), saved again.
-        self.recorded_norm_eps = None
+        # The LayerNorm epsilon a checkpoint recorded (e.g. 1e-12 of transformers ports), saved again.
+        self.recorded_norm_eps: Optional[float] = None
         self.register_state_dict_post_hook(record_norm_eps)
-        # The input normalisation the loaded weights were trained with ((mean, std) in 0..255 units),
-        # when a checkpoint records it; saved with the weights again.
-        self.expected_input_norm = None
+        # The input normalisation the weights expect ((mean, std) in 0..255 units), declared by the
+        # config or recorded by a checkpoint; saved with the weights again.
+        self.expected_input_norm = expected_input_norm
         self.register_state_dict_post_hook(record_input_norm)
 
     def _parse_out_indices(self, out_indices):
@@ -297,10 +333,30 @@ class ViT(BaseModule):
         return self._patch_grid
 
     def set_grad_checkpointing(self, enable: bool = True):
-        """Turn activation checkpointing on or off for every block."""
+        """Turn activation checkpointing on or off for every block of the encoder loop (timm's switch).
+
+        While training, each block of :meth:`forward_blocks` then keeps only its input and recomputes
+        the rest in backward; a block runner (:meth:`set_block_runner`) reads the same switch.
+        """
         self.with_cp = enable
         for block in self.blocks:
             block.with_cp = enable
+
+    def set_block_runner(self, runner: Optional[BlockRunner]) -> None:
+        """Choose how :meth:`forward_blocks` runs the blocks: the one extension point of the encoder loop.
+
+        Args:
+            runner (callable, optional): ``runner(blocks, tokens, grid) -> tokens`` that computes what
+                running ``blocks`` one after the other on ``tokens`` computes, for example in one
+                compiled loop (:func:`vit_plugin.xla.scan.scan_blocks`: the XLA compiler then sees one
+                block, not 24 or 32). It serves every pass that needs only the last block's output
+                (``forward`` with ``out_indices=-1``, ``forward_features``, ``encode``); outputs of
+                other blocks and attention maps come from the Python loop. None: the Python loop.
+        """
+        if runner is not None and not callable(runner):
+            raise TypeError(f'set_block_runner takes a callable (blocks, tokens, grid) -> tokens or None, got '
+                            f'{type(runner).__name__}')
+        self.block_runner = runner
 
     # ------------------------------------------------------------------ initialisation
     def init_weights(self):
@@ -341,18 +397,28 @@ class ViT(BaseModule):
                 nn.init.zeros_(param)
 
     # ------------------------------------------------------------------ loading
-    def _resize_pos_embed_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
-                                  unexpected_keys, error_msgs):
-        """Load-state-dict pre-hook: adapt incoming weights to this model's patch grid and patch size.
+    def _adapt_checkpoint_layout_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
+                                         unexpected_keys, error_msgs):
+        """Load-state-dict pre-hook, first step: adapt the incoming tensors' shapes and key names.
 
         Runs on every path that ends in ``load_state_dict`` (``init_cfg`` Pretrained, ``load_from``,
-        ``--resume``, plain calls): resizes ``pos_embed`` (source grid from the incoming
-        ``pos_embed_grid`` when we saved the weights, inferred when square, an error otherwise) with
-        the mode the checkpoint records or else ``pos_embed_load_mode``, resizes a patch kernel of
-        another size, and refuses weights of another architecture. See
-        :func:`vit_plugin.models.load_adapt.adapt_vit_state_dict`.
+        ``--resume``, plain calls): maps mmpretrain's key names, resizes ``pos_embed`` (source grid
+        from the incoming ``pos_embed_grid`` when we saved the weights, inferred when square, an error
+        otherwise) with the mode the checkpoint records or else ``pos_embed_load_mode``, resizes a
+        patch kernel of another size, and refuses weights of another architecture. It changes no
+        setting of the model. See :func:`vit_plugin.models.load_adapt.adapt_vit_state_dict`.
         """
         adapt_vit_state_dict(self, state_dict, prefix)
+
+    #: The name of the layout step in earlier releases.
+    _resize_pos_embed_on_load = _adapt_checkpoint_layout_on_load
+
+    def _apply_checkpoint_numerics_on_load(self, module, state_dict, prefix, local_metadata, strict,
+                                           missing_keys, unexpected_keys, error_msgs):
+        """Load-state-dict pre-hook, second step: the checkpoint's records of GELU, LayerNorm eps and
+        input normalisation, applied, ignored or refused as ``checkpoint_numerics`` says. See
+        :func:`vit_plugin.models.numerics.apply_checkpoint_numerics`."""
+        apply_checkpoint_numerics(self, state_dict, prefix)
 
     # ------------------------------------------------------------------ freezing
     def _freeze_stages(self):
@@ -441,16 +507,44 @@ class ViT(BaseModule):
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.norm_pre(self.drop_after_pos(x + self._pos_embed_for(grid))), grid
 
-    def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
-        """Run embedded tokens through the encoder and format the requested outputs."""
-        if self.block_runner is not None and self.out_indices == [self.num_layers - 1]:
-            return (self._format_output(self.norm(self.block_runner(self.blocks, x, grid)), grid), )
-        outs = []
+    def forward_blocks(self, x: torch.Tensor, grid: Tuple[int, int], taps: Sequence[int] = (),
+                       return_attention: bool = False) -> BlockOutputs:
+        """The encoder loop: embedded tokens through every block. Every forward path runs it.
+
+        The blocks run one after the other in Python (with activation checkpointing when
+        :meth:`set_grad_checkpointing` is on), or through the block runner of :meth:`set_block_runner`
+        when only the last block's output is asked for.
+
+        Args:
+            x (Tensor): Embedded tokens (B, N, D), from :meth:`embed`.
+            grid (tuple[int, int]): The patch grid (rows, cols) of the tokens.
+            taps (Sequence[int]): Blocks (0-based) whose outputs to return as well. Defaults to ().
+            return_attention (bool): Also return every block's attention weights. Defaults to False.
+
+        Returns:
+            BlockOutputs: the last block's tokens (before the final norm), the taps, the attention.
+        """
+        if self.block_runner is not None and not taps and not return_attention:
+            return BlockOutputs(self.block_runner(self.blocks, x, grid), [], [])
+        tapped, attention = [], []
         for i, block in enumerate(self.blocks):
-            x = block(x, grid=grid)
-            if i in self.out_indices:
-                tokens = self.norm(x) if i == self.num_layers - 1 else x
-                outs.append(self._format_output(tokens, grid))
+            if return_attention:
+                x, weights = block(x, return_attention=True, grid=grid)
+                attention.append(weights)
+            else:
+                x = block(x, grid=grid)
+            if i in taps:
+                tapped.append(x)
+        return BlockOutputs(x, tapped, attention)
+
+    def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
+        """Run embedded tokens through the encoder and format the requested outputs (``out_indices``;
+        the final norm applies to the last block's output only)."""
+        last = self.num_layers - 1
+        blocks = self.forward_blocks(x, grid, taps=[i for i in self.out_indices if i != last])
+        outs = [self._format_output(tokens, grid) for tokens in blocks.taps]
+        if last in self.out_indices:
+            outs.append(self._format_output(self.norm(blocks.last), grid))
         return tuple(outs)
 
     def _format_output(self, tokens: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
@@ -478,11 +572,7 @@ class ViT(BaseModule):
         embedding (masked patch prediction) run exactly the backbone's encoder: windowed blocks and
         relative position bias need the patch ``grid`` (rows, cols).
         """
-        if self.block_runner is not None:
-            return self.norm(self.block_runner(self.blocks, x, grid))
-        for block in self.blocks:
-            x = block(x, grid=grid)
-        return self.norm(x)
+        return self.norm(self.forward_blocks(x, grid).last)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
@@ -490,17 +580,13 @@ class ViT(BaseModule):
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
-        """Attention weights of every block, each (B, heads, N, N), for analysis tools."""
-        x, grid = self.embed(x)
-        maps = []
-        for block in self.blocks:
-            x, attn = block(x, return_attention=True, grid=grid)
-            maps.append(attn)
-        return maps
+        """Attention weights of every block, each (B, heads, N, N), for analysis tools (the encoder loop
+        of :meth:`forward_blocks`, asked for the attention)."""
+        return self.forward_blocks(*self.embed(x), return_attention=True).attention
 
 
 def _check_choices(out_type: str, with_cls_token: bool, interpolate_mode: str, pos_embed_load_mode: str,
-                   gelu_approximate: str) -> None:
+                   gelu_approximate: str, checkpoint_numerics: str) -> None:
     """Refuse option values that have no meaning, before anything is built."""
     if out_type not in OUT_TYPES:
         raise ValueError(f'out_type must be one of {OUT_TYPES}, got {out_type!r}')
@@ -512,6 +598,8 @@ def _check_choices(out_type: str, with_cls_token: bool, interpolate_mode: str, p
             raise ValueError(f'{name} must be one of {RESIZE_MODES}, got {mode!r}')
     if gelu_approximate not in ('none', 'tanh'):
         raise ValueError(f"gelu_approximate must be 'none' or 'tanh', got {gelu_approximate!r}")
+    if checkpoint_numerics not in CHECKPOINT_NUMERICS:
+        raise ValueError(f'checkpoint_numerics must be one of {CHECKPOINT_NUMERICS}, got {checkpoint_numerics!r}')
 
 
 def _loads_weights(init_cfg: Union[dict, List[dict]]) -> bool:
