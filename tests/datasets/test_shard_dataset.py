@@ -20,8 +20,8 @@ from vit_plugin.datasets.shard_files import ShardReadError
 
 PER_SHARD = (9, 6, 8, 7)
 CROP = [dict(type='vit_plugin.LoadAndInceptionCrop', scale=16, crop_ratio_range=(0.05, 1.0)),
-        dict(type='RandomFlip', prob=0.5, direction='horizontal')]
-PACK = [dict(type='vit_plugin.LoadImageFromFile'), dict(type='PackInputs')]
+        dict(type='mmpretrain.RandomFlip', prob=0.5, direction='horizontal')]
+PACK = [dict(type='vit_plugin.LoadImageFromFile'), dict(type='mmpretrain.PackInputs')]
 
 
 @pytest.fixture(scope='module')
@@ -149,7 +149,7 @@ def test_a_shard_damaged_mid_run_is_named_or_counted(tmp_path, samples):
 
 def test_a_pipeline_that_reads_files_is_refused(shards):
     with pytest.raises(ValueError, match="LoadImageFromFile, which reads files; use dict\\(type='vit_plugin"):
-        build(shards, [dict(type='LoadImageFromFile'), dict(type='PackInputs')])
+        build(shards, [dict(type='LoadImageFromFile'), dict(type='mmpretrain.PackInputs')])
 
 
 def test_a_bad_image_gets_the_advice_of_its_source(tmp_path, samples):

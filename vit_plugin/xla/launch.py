@@ -138,7 +138,8 @@ def plan_xla_run(cfg: Config, env: RunEnv, bf16: bool = False, spmd: bool = Fals
 def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False,
                   layer_scan: bool = False) -> Config:
     """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner: the
-    :class:`XLAConversion` step of the run plan alone, applied.
+    :class:`XLAConversion` step of the run plan, with the optimizer wrapper guarded as
+    ``default_hooks.nonfinite_guard`` says, applied.
 
     Args:
         cfg (Config): A training config (as for ``tools/train.py``).
@@ -156,7 +157,7 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
         ValueError: what cannot run on XLA.
     """
     conversion = XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan)
-    return plan_run(cfg, xla_env(launcher), conversion=conversion, steps=('conversion',)).apply(cfg)
+    return plan_run(cfg, xla_env(launcher), conversion=conversion, steps=('nonfinite_guard', 'conversion')).apply(cfg)
 
 
 def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
