@@ -72,11 +72,13 @@ def test_switches_and_a_runner_of_mmengine_build_nothing_of_the_plan():
 
 # ------------------------------------------------------------------------------- paramwise_cfg.custom_keys
 def tiny_classifier():
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     import vit_plugin  # noqa: F401
-    return MODELS.build(dict(type='ImageClassifier', backbone=dict(
-        type='vit_plugin.ViT', arch=dict(embed_dims=16, num_layers=2, num_heads=2, mlp_dims=32), img_size=16,
-        patch_size=8), neck=None, head=dict(type='LinearClsHead', num_classes=3, in_channels=16)))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):  # whatever scope an earlier test left current
+        return MODELS.build(dict(type='mmpretrain.ImageClassifier', backbone=dict(
+            type='vit_plugin.ViT', arch=dict(embed_dims=16, num_layers=2, num_heads=2, mlp_dims=32), img_size=16,
+            patch_size=8), neck=None, head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=16)))
 
 
 def test_a_custom_key_that_matches_no_parameter_is_named_with_the_closest_paths():
