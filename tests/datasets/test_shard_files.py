@@ -150,13 +150,18 @@ def test_remote_random_ranges_are_exact(shards, srv, tmp_path):
     assert got == [data[o:o + n] for o, n in ranges]
 
 
-def test_reading_every_member_costs_one_request_per_chunk(shards, srv, tmp_path):
-    url = srv.url + '/s0.tar'
+def read_every_member(shards, srv, tmp_path, name):
+    """Read each member of shard ``name`` through a remote reader, with the server's counts reset first."""
+    url = srv.url + '/' + name
     fp = fingerprint(url)
     srv.reset_counts()
     with remote_reader(tmp_path) as reader:
-        for off, n in shards['members']['s0.tar']:
+        for off, n in shards['members'][name]:
             reader.read(url, off, n, fp)
+
+
+def test_reading_every_member_costs_one_request_per_chunk(shards, srv, tmp_path):
+    read_every_member(shards, srv, tmp_path, 's0.tar')
     assert srv.requests == math.ceil(len(shards['data']['s0.tar']) / CHUNK)
     assert all(r.method == 'GET' and r.range for r in srv.log)
 
@@ -309,12 +314,7 @@ def test_a_server_that_ignores_ranges_is_refused_at_the_first_read(shards, tmp_p
 
 
 def test_a_server_with_ranges_serves_each_byte_of_a_shard_once(shards, srv, tmp_path):
-    url = srv.url + '/s1.tar'
-    fp = fingerprint(url)
-    srv.reset_counts()
-    with remote_reader(tmp_path) as reader:
-        for off, n in shards['members']['s1.tar']:
-            reader.read(url, off, n, fp)
+    read_every_member(shards, srv, tmp_path, 's1.tar')
     assert srv.bytes_sent == len(shards['data']['s1.tar'])
     assert all(r.range is not None for r in srv.log)
 

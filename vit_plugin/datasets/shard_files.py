@@ -451,11 +451,11 @@ def _http_range(fs, path: str, url: str, start: int, end: int) -> bytes:
     from fsspec.asyn import sync
 
     async def get():
-        session = await fs.set_session()
+        client = await fs.set_session()  # aiohttp's ClientSession
         kwargs = dict(fs.kwargs)
         headers = dict(kwargs.pop('headers', None) or {})
         headers['Range'] = f'bytes={start}-{end - 1}'
-        async with session.get(fs.encode_url(path), headers=headers, **kwargs) as response:
+        async with client.get(fs.encode_url(path), headers=headers, **kwargs) as response:
             if response.status == 404:
                 raise FileNotFoundError(url)
             response.raise_for_status()  # aiohttp's error, with the status _permanent sorts

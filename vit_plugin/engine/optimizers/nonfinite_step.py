@@ -29,6 +29,7 @@ Cost on the device: one norm over the gradients (a read of every gradient, much 
 optimizer's own update) and, under fp16, an explicit unscale of the gradients (which the fused
 optimizers would otherwise fold into their update).
 """
+import abc
 import copy
 from typing import Any, Dict, Optional, Tuple
 
@@ -165,7 +166,7 @@ class NonFiniteGuardMixin:
         return flags
 
 
-class DeviceCountedNonFiniteGuard:
+class DeviceCountedNonFiniteGuard(abc.ABC):
     """Interface of an optimizer wrapper that skips non-finite updates and counts them on its device
     (``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``): ``vit_plugin.NonFiniteGuardHook`` reads the
     counters when they reach the host (:meth:`nonfinite_counts`) instead of one verdict per update.
@@ -176,9 +177,9 @@ class DeviceCountedNonFiniteGuard:
 
     nonfinite_guard: bool = False
 
+    @abc.abstractmethod
     def nonfinite_counts(self, message_hub) -> Optional[Tuple[int, int]]:
         """(updates skipped, longest streak) as last logged, or None before they reached the host."""
-        raise NotImplementedError
 
 
 @OPTIM_WRAPPERS.register_module()
