@@ -92,6 +92,8 @@ setup(
         # Tar shards on remote file systems (vit_plugin/datasets/shard_files.py): http(s) needs aiohttp, hf://
         # needs huggingface_hub; s3:// and gs:// need s3fs / gcsfs, which users add for their bucket.
         'data': ['fsspec>=2023.1', 'aiohttp', 'huggingface_hub>=0.20'],
+        # Dashboards (docs/monitoring.md): `--vis tensorboard`; W&B and MLflow are the user's own installs.
+        'vis': ['tensorboard'],
         'tests': ['pytest', 'pytest-xdist', 'import-linter', 'timm>=1.0', 'scipy', 'scikit-learn', 'matplotlib',
                   'transformers<5', 'fsspec>=2023.1', 'aiohttp', 'huggingface_hub>=0.20', 'webdataset'],
         'deploy': ['onnx', 'onnxruntime'],

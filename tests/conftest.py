@@ -5,10 +5,13 @@ torch_xla must initialise its runtime before the first CPU backward pass of the 
 backend. Tests that train through XLA then share this process safely.
 
 The fixtures several test files share, built once per pytest run, live here; the hooks at the end put
-the longest test files first and record the files' durations (helpers/durations.py).
+the longest test files first (or, with ``--shuffle``, the files in a random order whose seed the header
+prints), leave the ``stack_independent`` files to the current stack (tests/README.md), and record the
+files' durations (helpers/durations.py).
 """
 import os
 import os.path as osp
+import random
 from collections import defaultdict
 
 os.environ.setdefault('PJRT_DEVICE', 'CPU')
@@ -50,11 +53,74 @@ def corpus(tmp_path_factory):
     return write_corpus(str(tmp_path_factory.mktemp('corpus')))
 
 
-def pytest_collection_modifyitems(items):
-    seconds = durations.read().get(STACK, {})
-    # The longest files first (tests/durations.json, helpers/durations.py); the sort is stable, so a file's
-    # tests keep their order, and files of equal or unrecorded time keep the collection order.
-    items.sort(key=lambda item: -seconds.get(durations.file_of(item.nodeid), 0))
+def pytest_addoption(parser):
+    parser.addoption('--shuffle', nargs='?', const='random', default=None, metavar='SEED',
+                     help='run the test files in a random order (each file\'s tests stay together, in '
+                          'their order); the run prints the seed, and --shuffle=SEED repeats an order')
+
+
+def _shuffle_seed(config):
+    """The seed of the file order, or None: picked once by the controller (or the only process) and
+    handed to pytest-xdist's workers, which must all collect the same order."""
+    if hasattr(config, 'workerinput'):
+        return config.workerinput.get('vit_shuffle_seed')
+    value = config.getoption('shuffle')
+    if value is None:
+        return None
+    if value == 'random':
+        return random.SystemRandom().randrange(1 << 32)
+    try:
+        return int(value)
+    except ValueError:
+        raise pytest.UsageError(f'--shuffle takes an integer seed, got {value!r}') from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):  # pytest-xdist: before a worker starts
+    node.workerinput['vit_shuffle_seed'] = node.config.stash[_SEED]
+
+
+def _order_line(config):
+    seed = config.stash[_SEED]
+    if seed is not None:
+        return f'test files in a shuffled order, seed {seed} (--shuffle={seed} repeats it)'
+
+
+def pytest_report_header(config):
+    return _order_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, config):  # also under -q, which prints no header
+    if _order_line(config):
+        terminalreporter.write_line(_order_line(config))
+
+
+def _shuffled(items, seed):
+    """``items`` file by file, the files in the order ``seed`` draws, each file's tests in their order."""
+    files = defaultdict(list)
+    for item in items:
+        files[durations.file_of(item.nodeid)].append(item)
+    order = sorted(files)
+    random.Random(seed).shuffle(order)
+    return [item for name in order for item in files[name]]
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.stash[_SEED]
+    if seed is None:
+        seconds = durations.read().get(STACK, {})
+        # The longest files first (tests/durations.json, helpers/durations.py); the sort is stable, so a
+        # file's tests keep their order, and files of equal or unrecorded time keep the collection order.
+        items.sort(key=lambda item: -seconds.get(durations.file_of(item.nodeid), 0))
+    else:
+        items[:] = _shuffled(items, seed)
+    if STACK == 'classic':
+        # Files that read only this repository's sources (ast, import graphs) give the same result on
+        # both stacks: the current stack runs them (tests/README.md, pytest.ini's stack_independent).
+        independent = [item for item in items if item.get_closest_marker('stack_independent')]
+        if independent:
+            config.hook.pytest_deselected(items=independent)
+            items[:] = [item for item in items if not item.get_closest_marker('stack_independent')]
     if STACK == 'current':
         for item in items:
             if item.get_closest_marker('xla'):
@@ -78,8 +144,12 @@ _recording = False  # whether this process records (set by pytest_configure)
 _may_stop_early = False  # -x, --maxfail or --sw: a failure ends the run before the other files ran
 
 
+_SEED = pytest.StashKey()  # the --shuffle seed of this run, or None
+
+
 def pytest_configure(config):
     global _recording, _may_stop_early
+    config.stash[_SEED] = _shuffle_seed(config)
     _recording = _records_durations(config)
     _may_stop_early = bool(config.getoption('maxfail') or config.getoption('stepwise', False))
 

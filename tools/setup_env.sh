@@ -106,7 +106,8 @@ found = stack_of_environment()
 if found != stack:
     sys.exit(f'[setup] error: asked for the {stack} stack, the virtualenv holds {found or "neither"}')
 modules = ['torch', 'torchvision', 'mmengine', 'mmcv', 'mmcv.ops', 'mmpretrain.models', 'mmdet',
-           'mmdet.models', 'timm', 'scipy', 'transformers', 'onnx', 'onnxruntime', 'vit_plugin']
+           'mmdet.models', 'timm', 'scipy', 'transformers', 'onnx', 'onnxruntime', 'torch.utils.tensorboard',
+           'vit_plugin']
 if stack == 'classic':
     modules.append('torch_xla')
 for name in modules:
@@ -210,9 +211,9 @@ fi
 
 # One resolve for everything, bound by downloads: every pin is a wheel, nothing is compiled (the
 # byte-compiling is done once below, in parallel).
-log "installing the $STACK stack (torch, OpenMMLab$([ "$STACK" = classic ] && echo ', torch-xla'), mmcv: $PLAN_MODE), test and export tools, vit_plugin (editable)"
+log "installing the $STACK stack (torch, OpenMMLab$([ "$STACK" = classic ] && echo ', torch-xla'), mmcv: $PLAN_MODE), test and export tools, TensorBoard, vit_plugin (editable)"
 pip_run install -q --no-compile -c "$LOCK" --no-build-isolation -r "$REQ/stack.txt" "${MMCV_REQUIREMENTS[@]}" \
-  -r requirements/tests.txt -r requirements/deploy.txt -e .
+  -r requirements/tests.txt -r requirements/deploy.txt -r requirements/vis.txt -e .
 
 if [ "$PLAN_MODE" = compiled ] && [ "$PLAN_ACTION" != keep ]; then
   printf '%s\n' "$PLAN_TEXT" | sed 's/^/[setup] /'

@@ -2,7 +2,8 @@
 
     python tools/train.py configs/vit_l16_in21k.py [--work-dir DIR] [--resume [CKPT]] [--amp [bf16|fp16]]
         [--compile] [--auto-scale-lr] [--fsdp] [--no-validate] [--no-pin-memory] [--no-tf32]
-        [--cfg-options key=value ...] [--launcher {none,pytorch,slurm,mpi,xla}] [--dry-run [--nproc N]]
+        [--vis {tensorboard,wandb,mlflow} ...] [--cfg-options key=value ...]
+        [--launcher {none,pytorch,slurm,mpi,xla}] [--dry-run [--nproc N]]
 
 Several processes: ``bash tools/dist_train.sh CONFIG NUM_PROCS [args]`` (torchrun, DDP); on a SLURM
 cluster ``bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [args]`` (srun).
@@ -22,8 +23,9 @@ Each option only sets config keys (docs/configs.md lists them; ``--cfg-options``
 The run is the runner the config names: ``runner_type='vit_plugin.Runner'`` in vit_plugin's runtimes
 applies the run plan (``global_batch_size``, the device defaults, pre-emption safety), whichever tool
 builds it, so mmpretrain's and mmdet's own ``tools/train.py`` train such a config the same way.
-``--dry-run`` prints that plan and each change it makes to the config (``--nproc N``: for N processes),
-then exits without building a model or loading data.
+``--vis tensorboard`` (also ``wandb``, ``mlflow``, several at once) writes the scalars to that dashboard
+as well (docs/monitoring.md). ``--dry-run`` prints that plan and each change it makes to the config
+(``--nproc N``: for N processes), then exits without building a model or loading data.
 
 The code is :mod:`vit_plugin.apis.train`, over one function per option in :mod:`vit_plugin.apis.launch`.
 """

@@ -1,17 +1,6 @@
 """Fast CPU inference: ``torch.compile`` with Inductor's weight freezing.
 
-In inference the weights are constants, and Inductor can use that ("freezing"): it folds them into
-the graph and pre-packs every dense layer's weight into the GEMM library's blocked layout once,
-instead of re-laying it out on every call, at the cost of memory for the packed copies (speed and
-memory measured in docs/benchmarks.md, "Fastest CPU inference"). Two traps make this worth a helper:
-
-- freezing is read from Inductor's global config while a graph compiles, and
-  ``torch.compile(model, options={'freezing': True})`` silently compiles without it (torch 2.9:
-  no pre-packed GEMMs in the profile). :class:`FrozenInference` sets it around every call, so graphs
-  compiled later (a new input shape) are frozen too, and nothing else in the process is affected;
-- a frozen graph holds its own copy of the weights. Loading new weights or an optimizer step after
-  compilation would go unseen, so the wrapper refuses to run once a parameter or buffer has been
-  written to (tracked by the tensors' version counters).
+See docs/benchmarks.md#fastest-cpu-inference-compiled-with-frozen-weights.
 """
 from typing import Any
 
@@ -22,14 +11,13 @@ from vit_plugin.compat import torch as torch_compat
 
 
 class FrozenInference(nn.Module):
-    """An eval-mode model compiled with Inductor freezing (see the module docstring).
+    """An eval-mode model compiled with Inductor freezing; calls run without autograd.
 
-    Calls run without autograd. The wrapped model is switched to eval mode and must stay there.
+    A call raises RuntimeError once a parameter or buffer was written to, or the model left eval mode.
 
     Args:
-        model (nn.Module): The model, e.g. a ``vit_plugin.ViT`` or an mmpretrain ``ImageClassifier``
-            (call it as you would call the model: ``frozen(images)`` or ``frozen(images, mode='tensor')``).
-        **compile_kwargs: Passed on to ``torch.compile`` (e.g. ``fullgraph=True``, ``dynamic=False``).
+        model (nn.Module): The model; call the wrapper as you would call it.
+        **compile_kwargs: Passed on to ``torch.compile``.
     """
 
     def __init__(self, model: nn.Module, **compile_kwargs):
@@ -70,8 +58,7 @@ def compile_for_inference(model: nn.Module, **compile_kwargs) -> FrozenInference
 
     Example::
 
-        >>> from vit_plugin.deploy import compile_for_inference
-        >>> fast = compile_for_inference(model)  # compiles at the first call (docs/benchmarks.md)
+        >>> fast = compile_for_inference(model)  # compiles at the first call
         >>> logits = fast(images)
 
     Args:

@@ -1,21 +1,8 @@
 """Export a classifier or a ViT backbone to ONNX (and ``torch.export``), checked against PyTorch.
 
-The exported graph takes what a deployment has: RGB images as float32 pixels in 0..255, shape
-(batch, 3, H, W), dynamic batch, fixed resolution. The config's normalisation (its data
-preprocessor's mean and std) is part of the graph, so the caller cannot get it wrong; the values
-are also stored in the ONNX metadata. Outputs: ``logits`` (batch, classes) for a classifier, or
-``tokens`` (batch, N, D) (all tokens after the final norm) for a backbone.
-
-Another resolution: build the model for it (``img_size``) and load the checkpoint; the loading hook
-resizes the position embedding once, so the exported graph holds the table for that grid and no
-interpolation (``tools/deployment/export_onnx.py --img-size 384``).
-
-:func:`build_model` loads the checkpoint strictly (:func:`vit_plugin.checkpoint.load_checkpoint_strict`):
-a checkpoint whose head does not fit the config (trained for other classes) is refused with both
-shapes named, instead of exporting a random head; a backbone export loads the backbone only.
-
-:func:`export_onnx` writes the file atomically only after ONNX Runtime reproduces PyTorch's outputs
-on the same inputs (at two batch sizes) within ``atol``; a mismatch leaves no file behind.
+The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W), dynamic batch, fixed resolution,
+normalisation inside; outputs ``logits`` (batch, classes) or ``tokens`` (batch, N, D). See
+docs/inference.md#export-to-onnx-toolsdeploymentexport_onnxpy.
 """
 import json
 import os
@@ -35,9 +22,9 @@ class ExportWrapper(nn.Module):
     """``(x - mean) / std`` on 0..255 RGB pixels, then the model.
 
     Args:
-        model (nn.Module): An mmpretrain ``ImageClassifier`` (``part='classifier'``: its logits) or
-            anything with a ViT ``backbone`` (``part='backbone'``: ``backbone.forward_features``).
-        mean (sequence[float]): Per-channel mean in 0..255 units (RGB order).
+        model (nn.Module): An mmpretrain ``ImageClassifier`` (``part='classifier'``: logits) or anything
+            with a ViT ``backbone`` (``part='backbone'``: ``backbone.forward_features``).
+        mean (sequence[float]): Per-channel mean in 0..255 units (RGB).
         std (sequence[float]): Per-channel std in 0..255 units.
         part (str): 'classifier' or 'backbone'. Defaults to 'classifier'.
     """
@@ -62,15 +49,12 @@ class ExportWrapper(nn.Module):
 
 def build_model(cfg, checkpoint: Optional[str], backbone_only: bool = False,
                 option: str = '--backbone-only') -> nn.Module:
-    """The model of the mmpretrain config ``cfg`` in eval mode on the CPU, with ``checkpoint`` loaded
-    strictly (class names from its meta in ``model._dataset_meta``, as mmpretrain's ``get_model``
-    keeps them), or the config's initialisation when ``checkpoint`` is None.
+    """The model of ``cfg`` in eval mode on the CPU, ``checkpoint`` loaded strictly (None: initialisation).
 
     Args:
         cfg (Config): The config.
         checkpoint (str, optional): The weights.
-        backbone_only (bool): Load only the backbone's weights, on purpose (for a backbone export, or
-            a classifier whose head keeps its untrained weights). Defaults to False.
+        backbone_only (bool): Load only the backbone's weights, on purpose. Defaults to False.
         option (str): The caller's name for ``backbone_only``, for the error message.
 
     Raises:
@@ -121,7 +105,7 @@ def onnx_parity(onnx_path: str, wrapper: nn.Module, img_size: Tuple[int, int],
 
 def export_onnx(wrapper: ExportWrapper, dst: str, img_size: Tuple[int, int], opset: int = 17,
                 atol: float = 1e-4, metadata: Optional[Dict[str, str]] = None) -> Dict[int, float]:
-    """Export ``wrapper`` to ``dst`` (dynamic batch), check it with ONNX Runtime, then publish.
+    """Export ``wrapper`` to ``dst`` (dynamic batch); write it only once ONNX Runtime matches PyTorch.
 
     Returns:
         dict: batch size -> largest absolute difference to PyTorch.

@@ -1,15 +1,6 @@
 """mmpretrain's and mmdet's inferencers with checked inputs: the checkpoint must fit, the images must be whole.
 
-``tools/infer.py`` runs on these. Compared with ``mmpretrain.apis.ImageClassificationInferencer`` and
-``mmdet.apis.DetInferencer``:
-
-* the checkpoint is loaded by :func:`vit_plugin.checkpoint.load_checkpoint_strict`: one whose head (or
-  any weight) does not fit the config's model is refused, naming the weights, both shapes and
-  ``--backbone-only``, instead of predicting with a randomly initialised head after a warning;
-* images are decoded by :func:`vit_plugin.datasets.decode.decode_image` (the decoding of vit_plugin's
-  training loaders): a truncated file, a non-image, an unsupported mode or a header above
-  ``max_pixels`` raises an ``ImageDecodeError`` naming the file, and the pixels (EXIF orientation
-  included) are those the model was trained on.
+Checkpoints load strictly; images decode as the training loaders decode them. See docs/inference.md.
 """
 import copy
 from typing import Optional
@@ -38,9 +29,9 @@ def read_image(path: str, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.
 
 
 class CheckedImageClassificationInferencer(ImageClassificationInferencer):
-    """mmpretrain's ``ImageClassificationInferencer`` whose image files are decoded with
-    :func:`vit_plugin.datasets.decode.decode_image` (arrays are used as given, BGR). Build it with
-    :func:`build_classification_inferencer` to load the checkpoint strictly.
+    """mmpretrain's ``ImageClassificationInferencer`` decoding files with ``decode_image``.
+
+    Arrays are used as given (BGR). Build it with :func:`build_classification_inferencer`.
 
     Args:
         model: As for mmpretrain's class.
@@ -73,12 +64,10 @@ class CheckedImageClassificationInferencer(ImageClassificationInferencer):
 def build_classification_inferencer(cfg, checkpoint: str, device: str = 'cpu', backbone_only: bool = False,
                                     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS
                                     ) -> CheckedImageClassificationInferencer:
-    """A classification inferencer for the mmpretrain config ``cfg`` with ``checkpoint`` loaded strictly
-    (class names from the checkpoint's meta, as mmpretrain reads them).
+    """A classification inferencer for ``cfg`` with ``checkpoint`` loaded strictly.
 
     Raises:
-        CheckpointMismatchError: The checkpoint does not fit the config's model (see
-            :func:`vit_plugin.checkpoint.load_checkpoint_strict`).
+        CheckpointMismatchError: The checkpoint does not fit the config's model.
     """
     model = get_model(cfg, pretrained=False, device='cpu')
     loaded = load_checkpoint_strict(model, checkpoint, backbone_only=backbone_only)

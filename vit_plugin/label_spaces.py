@@ -1,22 +1,7 @@
 """Label spaces: which class each label index of an ImageNet head or data set means.
 
-The same ImageNet synset has another index in each release a checkpoint or a data set follows:
-
-* ``'fall11'`` -- the fall 2011 release (``fall11_whole.tar``), 21,841 synsets in sorted order: the
-  labels of timm's ``imagenet-22k`` WebDataset shards (aliases ``'imagenet22k'``, ``'in22k'``);
-* ``'google21k'`` -- Google's 21,843-class order of the paper and of the official checkpoints: the
-  fall11 synsets plus two (``n03931044``, ``n09859684``), sorted (aliases ``'imagenet21k_goog'``,
-  ``'in21k'``, ``'imagenet21k'``);
-* ``'winter21'`` -- the winter 2021 release, 19,167 synsets. No list of them ships with any installed
-  package (timm holds only the 10,450-class MIIL subset), so this space is the sorted set of synsets
-  found in the data, registered by :func:`label_space_from_synsets` (aliases ``'imagenet_w21'``, ``'w21'``);
-* ``'imagenet1k'`` -- the 1,000 sorted synsets of ILSVRC-2012 (aliases ``'in1k'``, ``'imagenet'``).
-
-The synset lists are read from the installed ``timm`` wheel (``timm/data/_info/``), once per process;
-timm is not needed for anything else here, and the counts, ImageNet-1k's class names and the spaces
-built from data work without it. :func:`index_map` and :func:`remap_labels` translate labels between
-spaces; the head of a checkpoint is translated by
-:func:`vit_plugin.models.heads.remap_head_rows` (docs/checkpoints.md, "Label spaces").
+Spaces ``'fall11'``, ``'google21k'``, ``'winter21'`` (built from data) and ``'imagenet1k'``, with
+aliases; lists read from the installed timm wheel. See docs/checkpoints.md#label-spaces.
 """
 import csv
 import functools
@@ -65,8 +50,6 @@ def _key(name: str) -> str:
 
 
 def _registered_name(name: str) -> str:
-    """The name a space built from data is kept under: a built-in's (through its aliases), a name
-    registered before that compares equal, or ``name`` itself."""
     key = _key(name)
     if key in BUILTIN_SPACES or key in ALIASES:
         return ALIASES.get(key, key)
@@ -77,7 +60,7 @@ def canonical_name(space: str) -> str:
     """The canonical name of ``space`` (a name or an alias, e.g. 'in22k' -> 'fall11').
 
     Raises:
-        LabelSpaceError: no such space.
+        LabelSpaceError: No such space.
     """
     if not isinstance(space, str):
         raise LabelSpaceError(f'a label space is named by a string, got {space!r}')
@@ -95,12 +78,7 @@ def canonical_name(space: str) -> str:
 
 
 def _timm_info(user: str, file: str) -> str:
-    """The text of ``timm/data/_info/<file>``, read without importing timm.
-
-    ``import timm`` loads torch and every timm model (seconds); the lists are plain data files of the
-    installed wheel, so they are read through the package's resource reader alone (a module object
-    made from timm's import spec, never executed).
-    """
+    """The text of ``timm/data/_info/<file>``, read without importing timm."""
     spec = importlib.util.find_spec('timm')
     if spec is None:
         raise ModuleNotFoundError(f'{user} needs {file} from the timm package, which is not installed: '
@@ -124,11 +102,11 @@ def _file_synsets(space: str) -> Tuple[str, ...]:
 
 
 def synsets(space: str) -> Tuple[str, ...]:
-    """The WordNet ids (``'n01440764'`` ...) of ``space``, in label order: label ``i`` is ``synsets(space)[i]``.
+    """The WordNet ids of ``space`` in label order: label ``i`` is ``synsets(space)[i]``.
 
     Raises:
-        LabelSpaceError: unknown space, or ``'winter21'`` before it was built from the data.
-        ModuleNotFoundError: the space's list comes from timm, which is not installed.
+        LabelSpaceError: Unknown space, or ``'winter21'`` before it was built from the data.
+        ModuleNotFoundError: The space's list comes from timm, which is not installed.
     """
     name = canonical_name(space)
     if name in _REGISTERED:
@@ -184,11 +162,7 @@ def _class_names(name: str) -> Tuple[str, ...]:
 
 
 def class_names(space: str) -> Tuple[str, ...]:
-    """Human-readable names of ``space`` in label order (WordNet lemmas, e.g. ``'tench, Tinca tinca'``).
-
-    ImageNet-1k's come from mmpretrain (``IMAGENET_CATEGORIES``, no timm needed); the others from timm's
-    ``imagenet_synset_to_lemma.txt``.
-    """
+    """Human-readable names of ``space`` in label order (WordNet lemmas; ImageNet-1k's from mmpretrain)."""
     return _class_names(canonical_name(space))
 
 
@@ -205,28 +179,25 @@ def index_map(src: str, dst: str) -> np.ndarray:
     """For each label of ``src``, the label of the same synset in ``dst``, or -1 where ``dst`` lacks it.
 
     Returns:
-        np.ndarray: int64, shape ``(num_classes(src),)``, read-only (cached). ``index_map('fall11',
-        'google21k')`` is timm's ``imagenet21k_goog_to_22k_indices.txt``: the Google row of each fall11 row.
+        np.ndarray: int64, shape ``(num_classes(src),)``, read-only (cached).
     """
     return _index_map(canonical_name(src), canonical_name(dst))
 
 
 def remap_labels(labels, src: str, dst: str, allow_missing: bool = False) -> np.ndarray:
-    """Labels of ``src`` as the labels of the same synsets in ``dst`` (any shape, vectorised).
+    """Labels of ``src`` as the labels of the same synsets in ``dst`` (any shape).
 
     Args:
         labels (array-like of int): Labels of ``src``.
         src (str): Their label space.
         dst (str): The label space to express them in.
-        allow_missing (bool): Map a label whose synset ``dst`` lacks to -1 instead of raising.
-            Defaults to False.
+        allow_missing (bool): Map a label without counterpart to -1 instead of raising.
 
     Returns:
         np.ndarray: int64, the shape of ``labels``.
 
     Raises:
-        LabelSpaceError: a label outside ``src``, or (without ``allow_missing``) one without counterpart,
-            named with its position and synset.
+        LabelSpaceError: A label outside ``src``, or (without ``allow_missing``) one without counterpart.
     """
     labels = np.asarray(labels)
     if labels.size and not np.issubdtype(labels.dtype, np.integer):
@@ -252,26 +223,21 @@ def remap_labels(labels, src: str, dst: str, allow_missing: bool = False) -> np.
 
 def label_space_from_synsets(found: Iterable[str], name: str = 'winter21',
                              expected: Optional[int] = None) -> Tuple[str, ...]:
-    """Register the label space made of the sorted distinct synsets ``found`` in a data set, under ``name``.
+    """Register the space of the sorted distinct synsets ``found`` in a data set, under ``name``.
 
-    This is how ``'winter21'`` exists: no list of its 19,167 synsets ships with any package, so the space
-    is defined by the data (its labels are then the positions in the sorted list, as timm's and
-    image-net.org's sorted releases do). Registering the same synsets again is a no-op; another set
-    under a name already taken, or a built-in list's name, is an error.
+    Registering the same synsets again is a no-op.
 
     Args:
-        found (iterable of str): Synsets seen in the data, repeats allowed (e.g. one per sample or per
-            inner tar of ``winter21_whole.tar``).
+        found (iterable of str): Synsets seen in the data, repeats allowed.
         name (str): The space's name. Defaults to 'winter21'.
-        expected (int, optional): The count the data must give; defaults to the built-in count for
-            ``'winter21'`` (19,167) and to no check for a new name. Pass 0 to skip the check (e.g. toy
-            data).
+        expected (int, optional): The count the data must give; default 19,167 for ``'winter21'``, no
+            check for a new name; 0 skips the check.
 
     Returns:
         tuple[str]: The space's synsets in label order.
 
     Raises:
-        LabelSpaceError: a string that is no WordNet id, a count other than ``expected``, or a name
+        LabelSpaceError: A string that is no WordNet id, a count other than ``expected``, or a name
             taken by another list.
     """
     canonical = _registered_name(name)
@@ -300,18 +266,16 @@ def label_space_from_synsets(found: Iterable[str], name: str = 'winter21',
 
 
 def clear_cache() -> None:
-    """Forget every list read so far (e.g. after timm was installed or upgraded in a running process);
-    the spaces built from data stay registered."""
+    """Forget every list read so far; spaces built from data stay registered."""
     for cached in (_file_synsets, _synset_index, _lemmas, _class_names, _index_map):
         cached.cache_clear()
 
 
 def forget_label_space(name: str) -> None:
-    """Remove a space registered by :func:`label_space_from_synsets` (e.g. between two toy data sets in
-    one process), with everything cached about it. Built-in lists cannot be removed.
+    """Remove a space registered by :func:`label_space_from_synsets`, with its caches.
 
     Raises:
-        LabelSpaceError: no space of that name was registered.
+        LabelSpaceError: No space of that name was registered (built-ins cannot be removed).
     """
     canonical = _registered_name(name)
     if canonical not in _REGISTERED:

@@ -1,15 +1,6 @@
-"""Registries of the ``vit_plugin`` scope.
+"""Registries of the ``vit_plugin`` scope, each a direct child of mmengine's root registry.
 
-Every registry here is a *direct child* of the matching mmengine root registry. mmengine resolves a
-scoped name such as ``type='vit_plugin.ViT'`` by searching the root registry's children for the scope
-``vit_plugin``, so being a direct child is what lets an mmpretrain config (default scope
-``mmpretrain``) or an mmdet config (default scope ``mmdet``) build our components once
-``custom_imports=dict(imports=['vit_plugin'])`` has imported the package.
-
-Convention for configs (ours and yours): keep the host toolkit's ``default_scope`` (``mmpretrain``
-for classification and self-supervision, ``mmdet`` for detection) and name our components with the
-``vit_plugin.`` prefix. Unprefixed names then resolve in the host toolkit, exactly as in its own
-configs.
+Configs keep the host's ``default_scope`` and name our components ``vit_plugin.X`` (docs/configs.md).
 """
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS

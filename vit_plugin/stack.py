@@ -1,14 +1,6 @@
 """Which of the two supported stacks this environment holds, and what the first import needs from it.
 
-vit_plugin runs on either stack of OpenMMLab packages (docs/installation.md#two-stacks):
-
-- ``current``: the maintained forks (``onedl-mmengine``, ``onedl-mmcv``, ``onedl-mmpretrain``,
-  ``onedl-mmdetection``), installed under the upstream import names, on the newest torch and numpy 2;
-- ``classic``: the last upstream releases (``mmengine``, ``mmcv``/``mmcv-lite``, ``mmpretrain``, ``mmdet``) on
-  torch 2.9, the last torch that torch_xla supports.
-
-Standard library only, so that ``import vit_plugin`` in an environment with neither stack stops with one
-message that says how to install one.
+Standard library only. See docs/installation.md#two-stacks.
 """
 import importlib
 import importlib.metadata

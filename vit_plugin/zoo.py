@@ -1,17 +1,7 @@
 """The paper's released models by name: ``get_model('vit-base-p16_in21k-pre_orig_in1k-384px', pretrained=True)``.
 
-:data:`RELEASED` is the table of the checkpoints the paper's authors released (the 2020 ``vit_models``
-bucket), each with its architecture, input size, classifier, where its weights live on the Hugging Face
-hub (``hf-hub:`` ids, read through :mod:`vit_plugin.checkpoint.hub`, so ``HF_HUB_OFFLINE=1`` reads the
-cache), the name of the official ``.npz`` file, the paper's top-1 where the paper gives one, and the
-config of ours that trains it. Each entry builds its own config (:meth:`ReleasedModel.config`): the model,
-the paper's input normalisation and the evaluation pipeline, so the names work without a checkout.
-
-Names follow mmpretrain's model-zoo scheme; timm's names of the same weights
-(``vit_base_patch16_384.orig_in21k_ft_in1k``) and the hub ids (``google/vit-base-patch16-384``) are
-accepted too. Importing ``vit_plugin`` also puts every entry into mmpretrain's model index, so
-``mmpretrain.get_model(name, pretrained=True)``, ``mmpretrain.list_models('vit*')`` and
-``ImageClassificationInferencer(name)`` know them (docs/model_zoo.md says what that index could not take).
+:data:`RELEASED` is the table; importing ``vit_plugin`` also puts every entry into mmpretrain's model
+index. See docs/model_zoo.md.
 """
 import copy
 import difflib
@@ -62,28 +52,24 @@ class ReleasedModel:
     """One released checkpoint: what it is, where its weights live, how it was reported.
 
     Attributes:
-        name (str): The canonical name (mmpretrain's scheme: ``{model}_{pre-training}-pre_{source}_{data}``).
-        arch (str | dict): ``'b'``, ``'l'``, ``'h'`` (Table 1) or a dict of sizes (see ``vit_plugin.ViT``).
-        patch_size (int): Patch size (1 for the hybrid, whose ResNet downsamples by 16).
-        img_size (int): The resolution it was trained (fine-tuned) at, and is evaluated at.
-        weights (str): Where :func:`get_model` reads the weights: ``hf-hub:<org>/<name>`` (or a path).
-        num_classes (int): Classes of its classifier; 0 for a backbone without one (the hub copies of the
-            ImageNet-21k checkpoints have no classifier: its weights were zeroed before release).
-        classes (str, optional): The label space of the classifier's outputs (``'imagenet1k'``: class names
-            from ``vit_plugin.label_spaces``, mmpretrain's ``IMAGENET_CATEGORIES``); None for a backbone.
-        data (tuple[str]): The data it was trained on, in order (mmpretrain's ``Training Data``).
-        official_npz (str, optional): The official JAX file, as a path in the ``gs://vit_models`` bucket
-            (loads as well: ``get_model(name, pretrained='ViT-B_16.npz')``).
-        aliases (tuple[str]): timm's names of the same weights, and the hub id without ``hf-hub:``.
-        resnet_layers (tuple[int], optional): Blocks per stage of the R50 hybrid's ResNet; None: plain ViT.
-        paper_top1 (float, optional): The paper's ImageNet top-1 for these weights; None where it gives none.
+        name (str): Canonical name (mmpretrain's scheme ``{model}_{pre-training}-pre_{source}_{data}``).
+        arch (str | dict): ``'b'``, ``'l'``, ``'h'`` or a dict of sizes (see ``vit_plugin.ViT``).
+        patch_size (int): Patch size (1 for the hybrid).
+        img_size (int): The resolution it was trained and is evaluated at.
+        weights (str): Where :func:`get_model` reads the weights: ``hf-hub:<org>/<name>`` or a path.
+        num_classes (int): Classes of its classifier; 0 for a backbone without one.
+        classes (str, optional): Label space of the outputs; None for a backbone.
+        data (tuple[str]): The data it was trained on, in order.
+        official_npz (str, optional): The official JAX file in the ``gs://vit_models`` bucket.
+        aliases (tuple[str]): timm's names of the same weights, and the hub id.
+        resnet_layers (tuple[int], optional): ResNet units per stage of the hybrid; None: plain ViT.
+        paper_top1 (float, optional): The paper's ImageNet top-1 for these weights, if it gives one.
         paper_source (str): Where in the paper ``paper_top1`` is reported, or why there is none.
         recipe (str, optional): The config under ``configs/`` that trains this model.
-        test_dataset (dict, optional): The dataset ``tools/test.py NAME`` evaluates on; default: the
+        test_dataset (dict, optional): What ``tools/test.py NAME`` evaluates on; default: the
             evaluation split of ``classes`` (:data:`TEST_DATASETS`).
         numerics (dict): Backbone keywords declaring the numerics of :attr:`weights`
-            (``gelu_approximate``, ``norm_eps``, ``expected_input_norm``; :data:`HF_PORT_NUMERICS`), so
-            that loading them changes nothing. Defaults to {}: the backbone's defaults.
+            (:data:`HF_PORT_NUMERICS`). Defaults to {}.
     """
     name: str
     arch: Union[str, Mapping[str, int]]
@@ -111,8 +97,7 @@ class ReleasedModel:
         return parse_arch(self.arch)['embed_dims']
 
     def model_config(self) -> Dict[str, Any]:
-        """The ``model`` of :meth:`config`: mmpretrain's ``ImageClassifier`` with ``vit_plugin.ViT`` (or
-        ``HybridViT``) and, for a classifier, one linear layer (``VisionTransformerClsHead``)."""
+        """The ``model`` of :meth:`config`: ``ImageClassifier`` with ``vit_plugin.ViT`` or ``HybridViT``."""
         backbone = dict(type='vit_plugin.ViT', arch=copy.deepcopy(self.arch), img_size=self.img_size,
                         patch_size=self.patch_size, **copy.deepcopy(dict(self.numerics)))
         if self.resnet_layers is not None:
@@ -124,14 +109,13 @@ class ReleasedModel:
         return dict(type='ImageClassifier', backbone=backbone, neck=None, head=head)
 
     def config(self, loader: str = 'LoadImageFromFile') -> Config:
-        """A complete mmpretrain config of the model: the model, the [-1, 1] input normalisation, and the
-        evaluation at :attr:`img_size` (resize to a square, no crop, as the official evaluation) on
-        :attr:`test_dataset`. Weights are not part of it (``load_from`` is unset).
+        """A complete mmpretrain config: model, [-1, 1] input normalisation, evaluation at :attr:`img_size`.
+
+        Weights are not part of it (``load_from`` is unset).
 
         Args:
-            loader (str): The pipeline's image loader. Defaults to mmcv's by its plain name, which
-                mmpretrain's inferencers recognise and replace by their own; ``tools/test.py NAME`` takes
-                ``'vit_plugin.LoadImageFromFile'``, which names a broken file as the training loaders do.
+            loader (str): The pipeline's image loader. Defaults to mmcv's plain name (the inferencers
+                replace it); ``tools/test.py`` passes ``'vit_plugin.LoadImageFromFile'``.
         """
         dataset = dict(self.test_dataset or TEST_DATASETS.get(self.classes) or TEST_DATASETS['imagenet1k'])
         pipeline = [dict(type=loader), dict(type='Resize', scale=(self.img_size, self.img_size)),
@@ -219,11 +203,10 @@ def _lookup_keys(model: ReleasedModel) -> List[str]:
 
 
 def register_model(model: ReleasedModel) -> ReleasedModel:
-    """Add ``model`` to the table and to mmpretrain's model index (registering the same entry again is a
-    no-op).
+    """Add ``model`` to the table and to mmpretrain's model index (idempotent).
 
     Raises:
-        ValueError: its name, an alias or its hub id already names another model.
+        ValueError: Its name, an alias or its hub id already names another model.
     """
     for key in _lookup_keys(model):
         taken = _ALIASES.get(key)
@@ -239,7 +222,7 @@ def find_model(name: str) -> ReleasedModel:
     """The entry of ``name`` (canonical, a timm name or a hub id, any case; ``hf-hub:`` allowed).
 
     Raises:
-        UnknownModelError: no such model; the message names the closest names.
+        UnknownModelError: No such model; the message names the closest names.
     """
     key = name[len(HUB_PREFIX):] if name.startswith(HUB_PREFIX) else name
     found = _ALIASES.get(key.lower())
@@ -254,14 +237,13 @@ def find_model(name: str) -> ReleasedModel:
 
 def list_models(pattern: Optional[str] = None, exclude_patterns: Sequence[str] = (),
                 task: Optional[str] = None) -> List[str]:
-    """Canonical names of the released models, sorted, as ``mmpretrain.list_models`` filters its own.
+    """Canonical names of the released models, sorted, filtered as ``mmpretrain.list_models`` does.
 
     Args:
-        pattern (str, optional): A wildcard pattern (``fnmatch``, case-insensitive); as in mmpretrain, a
-            name matches when it starts with a match (``'vit-base'`` finds every ViT-B). A timm name or
-            hub id matching it selects its model too (``'vit_base_patch16*'``). Defaults to None: all.
-        exclude_patterns (sequence[str]): Patterns whose models are left out (same matching).
-        task (str, optional): ``'Image Classification'`` for the classifiers, ``'null'`` for the backbones.
+        pattern (str, optional): ``fnmatch`` pattern, case-insensitive, matching a name's start; timm
+            names and hub ids match their model too. Defaults to None: all.
+        exclude_patterns (sequence[str]): Patterns whose models are left out.
+        task (str, optional): ``'Image Classification'`` for classifiers, ``'null'`` for backbones.
     """
     def matches(model: ReleasedModel, patterns: Sequence[str]) -> bool:
         return any(fnmatch.fnmatch(key, p.lower() + '*') for p in patterns for key in _lookup_keys(model))
@@ -281,32 +263,23 @@ def get_config(name: str) -> Config:
 
 def get_model(name: str, pretrained: Union[bool, str] = False, device: Optional[str] = None,
               backbone_only: bool = False, **kwargs):
-    """Build a released model by name, with its weights: mmpretrain's ``get_model`` for our names.
-
-    The weights are loaded strictly (``vit_plugin.checkpoint.load_checkpoint_strict``): every weight of
-    the classifier must come from the file. A backbone entry loads only its backbone (the hub's copies
-    carry the pre-logits layer, which fine-tuning drops). The class names are those of the checkpoint
-    (a ``config.json``'s ``id2label``), else of the entry's label space. Offline (``HF_HUB_OFFLINE=1``)
-    the Hugging Face cache is read; weights that are not there give an error naming the repository and
-    the command that fetches them.
+    """Build a released model by name and load its weights strictly. See docs/model_zoo.md.
 
     Args:
         name (str): A name of :func:`list_models`, a timm name of the same weights, or the hub id.
-        pretrained (bool | str): True: the entry's weights; a path or ``hf-hub:`` id: those weights
-            (e.g. the official ``.npz``); False: the initialisation only. Defaults to False.
+        pretrained (bool | str): True: the entry's weights; a path or ``hf-hub:`` id: those weights;
+            False: the initialisation only. Defaults to False.
         device (str, optional): Where to put the model. Defaults to None (CPU).
-        backbone_only (bool): Load only the backbone's weights of ``pretrained``, on purpose (e.g. weights
-            of another classifier); the head keeps its zero initialisation. Defaults to False.
-        **kwargs: Merged into the config's ``model`` (e.g. ``backbone=dict(out_type='featmap')``).
+        backbone_only (bool): Load only the backbone's weights of ``pretrained``. Defaults to False.
+        **kwargs: Merged into the config's ``model``.
 
     Returns:
-        mmpretrain's ``ImageClassifier`` in eval mode, with the config and class names mmpretrain's
-        inferencers read.
+        mmpretrain's ``ImageClassifier`` in eval mode, with its config and class names.
 
     Raises:
-        UnknownModelError: no such name (the message names the closest ones).
-        CheckpointError: the weights could not be found or read (see :mod:`vit_plugin.checkpoint`).
-        CheckpointMismatchError: the weights do not fit the model.
+        UnknownModelError: No such name (the message names the closest ones).
+        CheckpointError: The weights could not be found or read (offline: not in the cache).
+        CheckpointMismatchError: The weights do not fit the model.
     """
     model_entry = find_model(name)
     cfg = model_entry.config()

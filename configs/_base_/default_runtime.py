@@ -24,7 +24,9 @@ input_norm_check = True
 # these resumes through vit_plugin's weights-only loader (no code-executing unpickling needed).
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=100),
+    # Validation metrics logged at the iteration, the step of every training scalar (mmengine's default
+    # is the epoch: 0 for an IterBasedTrainLoop), so a dashboard draws all of them on one axis.
+    logger=dict(type='LoggerHook', interval=100, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
     # Most of our schedules count optimizer steps (IterBasedTrainLoop); configs change the interval.
     # Atomic files (never half-written) and a last_checkpoint relative to the work dir.
@@ -59,6 +61,8 @@ env_cfg = dict(
     dist_cfg=dict(backend='nccl'),
 )
 
+# scalars.json in <work_dir>/<timestamp>/vis_data; `tools/train.py --vis tensorboard|wandb|mlflow` adds mmengine's
+# TensorboardVisBackend, WandbVisBackend, MLflowVisBackend to visualizer.vis_backends (docs/monitoring.md).
 vis_backends = [dict(type='LocalVisBackend')]
 visualizer = dict(type='UniversalVisualizer', vis_backends=vis_backends)
 

@@ -111,3 +111,14 @@ def test_ratios_are_medians_of_per_round_ratios():
     rows = bench.summarise_readers({'folder': [2.0, 1.0, 4.0], 'shards': [1.0, 1.0, 1.0]}, samples=100)
     assert rows['shards']['vs_folder'] == 2.0  # rounds: 2, 1, 4 -> median 2 (the ratio of medians is 2 too)
     assert rows['folder']['vs_shards'] == 0.5 and rows['shards']['samples_per_s'] == 100.0
+
+
+def test_the_index_scale_mode_fits_a_cost_per_shard_local_and_remote(tmp_path):
+    result = bench.main(['--data-dir', str(tmp_path), '--index-scale', '1', '3', '--scale-samples', '4',
+                         '--scale-member-kib', '1', '--delay-ms', '0'])
+    assert [(r['where'], r['shards']) for r in result['rows']] == [
+        (where, n) for n in (1, 3) for where in ('local', 'remote', 'remote, kept in the cache')]
+    sent = {(r['where'], r['shards']): r['mib_sent'] for r in result['rows']}
+    assert sent[('remote', 3)] >= 3 * result['shard_mib'] > 0  # a remote scan moves the whole shards
+    assert sent[('local', 3)] == 0
+    assert set(result['fits']) == {'local', 'remote', 'remote, kept in the cache'}

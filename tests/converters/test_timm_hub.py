@@ -83,4 +83,8 @@ def test_other_files_are_left_as_stored(case, tmp_path):
     else:
         config = dict(model_type='vit', hidden_size=32)  # a transformers config.json
     (tmp_path / 'config.json').write_text(json.dumps(config))
-    assert adapt_timm_checkpoint(state, str(tmp_path / 'model.safetensors'), str(tmp_path / 'config.json')) is state
+    stored = {k: v.clone() for k, v in state.items()}
+    adapted = adapt_timm_checkpoint(state, str(tmp_path / 'model.safetensors'), str(tmp_path / 'config.json'))
+    # returned as stored: the same keys and values, nothing renamed, reshaped or dropped in place
+    assert list(adapted) == list(stored)
+    assert all(torch.equal(adapted[k], stored[k]) for k in stored)

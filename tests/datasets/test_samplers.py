@@ -83,3 +83,32 @@ def test_settings_that_cannot_work_are_refused():
         BlockShuffleSampler(range(4), seed=0, round_up=False)
     with pytest.raises(ValueError, match='past the end of an epoch'):
         BlockShuffleSampler(range(4), seed=0, infinite=False).skip(5)
+
+
+@pytest.mark.parametrize('world_size', [2, 3, 4])
+def test_without_round_up_the_shares_split_the_epoch_order_in_rank_order(world_size):
+    """round_up=False: each process takes the next contiguous part of the epoch's order, the first
+    ``size % world_size`` processes one sample more, so the shares together are the order itself."""
+    size = 10
+    order = epoch_order(size, seed=5, epoch=1, block_size=3, mix_blocks=2).tolist()
+    shares = []
+    for rank in range(world_size):
+        sampler = BlockShuffleSampler(range(size), seed=5, block_size=3, mix_blocks=2, infinite=False,
+                                      round_up=False, rank=rank, world_size=world_size)
+        sampler.set_epoch(1)
+        shares.append(list(sampler))
+        assert len(sampler) == len(shares[-1])
+    assert sum(shares, []) == order  # no sample twice, none left out, no offset
+    expected = [size // world_size + (rank < size % world_size) for rank in range(world_size)]
+    assert [len(s) for s in shares] == expected
+
+
+def test_round_up_pads_with_the_first_samples_of_the_epochs_order():
+    """10 samples on 3 processes: the padded epoch is the order followed by its own first two samples
+    (as mmengine's DefaultSampler repeats them), not by index 0 or any fixed index."""
+    order = epoch_order(10, seed=4, epoch=0, block_size=2, mix_blocks=2).tolist()
+    assert order[:2] != [0, 0] and 0 not in order[:2]  # the seed puts other samples first
+    shares = [list(BlockShuffleSampler(range(10), seed=4, block_size=2, mix_blocks=2, infinite=False,
+                                       rank=rank, world_size=3)) for rank in range(3)]
+    assert [len(s) for s in shares] == [4, 4, 4]
+    assert sum(shares, []) == order + order[:2]

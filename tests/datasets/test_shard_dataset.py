@@ -183,8 +183,8 @@ def test_the_reader_settings_reach_the_index_build_and_the_reads(shards, tmp_pat
     from vit_plugin.datasets import tar_index
     seen = []
     scan = tar_index._scan_webdataset
-    monkeypatch.setattr(tar_index, '_scan_webdataset', lambda url, rule, retry=None: seen.append(retry) or
-                        scan(url, rule, retry))
+    monkeypatch.setattr(tar_index, '_scan_webdataset', lambda url, rule, retry=None, keep=None:
+                        seen.append(retry) or scan(url, rule, retry, keep))
     with serve_folder(shards) as server:
         dataset = build(server.url, reader=dict(cache_dir=str(tmp_path / 'chunks'), chunk_bytes=1 << 16,
                                                 cache_bytes=1 << 20, retry_timeout=42, backoff_s=0.01))

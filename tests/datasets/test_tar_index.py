@@ -127,7 +127,8 @@ def test_a_half_written_index_is_never_used(wds, monkeypatch):
     monkeypatch.setattr(tar_index, '_run_task', failing)
     with pytest.raises(TarIndexError, match='stop in the middle'):
         open_index(wds)
-    assert os.listdir(osp.dirname(good.path)) == []  # no index, no temporary file
+    left = [n for n in os.listdir(osp.dirname(good.path)) if not n.endswith('.lock')]  # the build's lock file
+    assert left == []  # no index, no temporary file
 
 
 def test_every_core_builds_the_same_index(wds):
@@ -151,29 +152,45 @@ def test_a_parallel_build_freezes_the_heap_only_while_it_runs(wds):
     assert gc.get_freeze_count() == 0
 
 
+_SCAN_MARKS = {}  # where the forked workers of the test below mark their start and end (inherited by fork)
+
+
 def _fail_first_then_work(task):
-    if task[0] == 0:
+    if task[0] == 0:  # fails once another worker is scanning
+        deadline = time.time() + 10
+        while not any(n.startswith('started_') for n in os.listdir(_SCAN_MARKS['folder'])) and time.time() < deadline:
+            time.sleep(0.01)
         raise TarIndexError('shard 0: damaged')
+    with open(osp.join(_SCAN_MARKS['folder'], f'started_{task[0]}_{os.getpid()}'), 'w'):
+        pass
     time.sleep(5)  # still scanning when the build stops
+    with open(osp.join(_SCAN_MARKS['folder'], f'finished_{task[0]}'), 'w'):
+        pass
 
 
-def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkeypatch):
+def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkeypatch, tmp_path):
     """A training process's pre-emption handler (it only records SIGTERM) is inherited by the forked
-    index workers; a build that stops on a damaged shard must still end the one still scanning. A
-    watchdog kills workers left after 20 s, so that a stalled build fails instead of hanging."""
+    index workers; a build that stops on a damaged shard must still end the one still scanning rather
+    than wait for it: the worker that started a scan is gone and never finished it. A watchdog kills
+    workers left after 20 s, so that a stalled build fails instead of hanging."""
     def kill_workers():
         for child in multiprocessing.active_children():
             child.kill()
 
     monkeypatch.setattr(tar_index, '_run_task', _fail_first_then_work)
+    monkeypatch.setitem(_SCAN_MARKS, 'folder', str(tmp_path))
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     watchdog = threading.Timer(20, kill_workers)
     watchdog.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(TarIndexError, match='shard 0'):
             list(tar_index._scans([(0,), (1,), (2,)], workers=2))
-        assert time.perf_counter() - start < 4 and multiprocessing.active_children() == []
+        assert multiprocessing.active_children() == []
+        started = [name for name in os.listdir(tmp_path) if name.startswith('started_')]
+        assert started, 'no worker was scanning when the build stopped'
+        assert not osp.exists(f'/proc/{started[0].rsplit("_", 1)[1]}')  # ended, not left running
+        time.sleep(0.2)
+        assert not [name for name in os.listdir(tmp_path) if name.startswith('finished_')]
     finally:
         watchdog.cancel()
         signal.signal(signal.SIGTERM, previous)
@@ -225,7 +242,8 @@ def test_a_damaged_shard_is_named_before_training(wds, damage):
     with pytest.raises(TarIndexError) as err:
         open_index(wds, LabelRule('cls'), shards='imagenet22k-train-{0000..0002}.tar')
     assert shard in str(err.value) and reason in str(err.value)
-    assert not osp.exists(osp.join(wds, '.vit_plugin_index')) or not os.listdir(osp.join(wds, '.vit_plugin_index'))
+    folder = osp.join(wds, '.vit_plugin_index')  # no index; the good shards' scans are kept for the next build
+    assert not osp.exists(folder) or not any(n.endswith('.index') for n in os.listdir(folder))
 
 
 def suggested_commands(message):

@@ -1,5 +1,5 @@
 """The short shapes detection training of ``tests/configs/test_detection_configs.py``, its bars, and what it builds,
-shared with ``tests/shapes_test_margins.py``, which measures the bars' margins over seeds and CPU
+shared with ``tests/helpers/shapes_test_margins.py``, which measures the bars' margins over seeds and CPU
 kernel sets."""
 import json
 import os.path as osp
@@ -32,7 +32,7 @@ def build_detector(cfg):
 
 # Bars of the short shapes training (shapes_run of tests/configs/test_detection_configs.py): whole
 # validation set numbers, with margins beyond the worst of seeds 0, 1, 2 x ATEN_CPU_CAPABILITY avx2 and
-# default (tests/shapes_test_margins.py). Measured, worst (range) of those 6 runs, and a broken
+# default (tests/helpers/shapes_test_margins.py). Measured, worst (range) of those 6 runs, and a broken
 # detector (RoI features read at twice their stride, --break-roi-stride), which fails every bar:
 LOSS_RATIO_MAX = 0.45  # mean of the last 10 losses / first 10: 0.344 (0.317-0.344); broken 0.517
 BBOX_MAP50_MIN = 0.5  # 0.709 (0.709-0.831); broken 0.002
@@ -112,7 +112,7 @@ def shapes_training_run(work_dir, seed=0, **overrides):
     """The slow test's recipe: the tiny ViTDet-style Mask R-CNN trained from scratch for 10 epochs (160
     iterations) on 128 shapes images, COCO-evaluated on 32, run through tools/infer.py on all 32, and the same
     model at its initial weights evaluated too. Returns every number the test asserts on (also what
-    tests/shapes_test_margins.py measures over seeds and CPU kernels)."""
+    tests/helpers/shapes_test_margins.py measures over seeds and CPU kernels)."""
     runner = _demo_runner(work_dir, max_epochs=10, num_images=dict(train=128, val=32), randomness=dict(seed=seed),
                           **overrides)
     recorder = LossRecorderHook()

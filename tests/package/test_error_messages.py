@@ -13,7 +13,11 @@ import os
 import os.path as osp
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import pytest
+
 from helpers.common import REPO
+
+pytestmark = pytest.mark.stack_independent  # this repository's sources only (tests/README.md)
 
 MAX_LINES = 3
 LINE_WIDTH = 100

@@ -30,6 +30,8 @@ import grimp
 import pytest
 from helpers.common import REPO
 
+pytestmark = pytest.mark.stack_independent  # this repository's sources only (tests/README.md)
+
 PACKAGE = 'vit_plugin'
 CONTRACTS = osp.join(REPO, '.importlinter')
 

@@ -5,7 +5,11 @@ import ast
 import os
 import os.path as osp
 
+import pytest
+
 from helpers.common import REPO
+
+pytestmark = pytest.mark.stack_independent  # this repository's sources only (tests/README.md)
 
 
 def test_models_do_not_import_converters():

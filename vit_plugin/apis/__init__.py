@@ -1,9 +1,6 @@
-"""Training and evaluation as ``tools/train.py`` and ``tools/test.py`` run them (not imported by
-``import vit_plugin``).
+"""The command-line mains behind ``tools/`` (not imported by ``import vit_plugin``).
 
-:mod:`.launch` holds one function per concern between reading a config and running the runner (the
-command-line options, the launcher and strategy, resumption, the runner); :mod:`.train` and
-:mod:`.test` hold each tool's command line (``parse_args``), its ``merge_args`` and its ``main``.
+:mod:`.launch` holds one function per step between reading a config and running the runner.
 """
 from .launch import (LAUNCHERS, amp_precision, build_runner, disable_pin_memory, disable_tf32,
                      exit_on_expected_errors, is_rank_zero, merge_cfg_options, run_training, set_resume, set_work_dir,

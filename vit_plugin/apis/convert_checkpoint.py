@@ -1,28 +1,10 @@
 """Convert a ViT checkpoint (official JAX .npz, timm, mmpretrain) into a vit_plugin .pth (or export
 ours to timm/mmpretrain).
 
-Examples::
+    python tools/convert_checkpoint.py SRC DST [--arch b] [--num-classes 10] [--img-size 384]
+        [--src-format timm] [--dst-format timm|mmpretrain|transformers] [--head-label-space A:B]
 
-    # official ImageNet-21k file -> whole classifier (backbone.*, head.layers.*), loads with load_from
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-in21k.pth --arch b
-    # ... ready to fine-tune on 10 classes at 384 px: head dropped (and pre_logits), zero new head,
-    # position embedding resized 14x14 -> 24x24 with the official (scipy zoom) interpolation
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-ft10.pth --num-classes 10 --img-size 384
-    # timm weights -> ours, and ours -> timm
-    python tools/convert_checkpoint.py timm_vit.pth ours.pth --src-format timm
-    python tools/convert_checkpoint.py ours.pth timm_vit.pth --dst-format timm
-    # safetensors out; a transformers (google/vit-*) folder in or out
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16.safetensors
-    python tools/convert_checkpoint.py hf-hub:google/vit-base-patch16-224-in21k ours.safetensors
-    python tools/convert_checkpoint.py vit-b16.safetensors hf-vit-b16/ --dst-format transformers
-    # the encoder of an mmpretrain MAE / MaskFeat training checkpoint (decoder, mask token, HOG dropped)
-    python tools/convert_checkpoint.py work_dirs/mae/iter_800.pth mae-encoder.pth --src-format mmpretrain_mim
-    # the official 21,843-class head in the 21,841-class fall11 order of timm's 22k shards (or back)
-    python tools/convert_checkpoint.py ViT-B_16.npz vit-b16-fall11.pth --head-label-space google21k:fall11
-
-It prints what it loaded, resized and dropped, and a backbone config for the weights. Unknown or
-missing keys are errors unless --allow-unknown / --allow-missing; DST is written atomically (no
-partial file on any failure).
+Examples and every option: docs/checkpoints.md#converting-files.
 """
 import argparse
 import sys

@@ -4,18 +4,7 @@
         [--img-size 384] [--opset 17] [--atol 1e-4] [--torch-export model.pt2] [--benchmark 20 --batch 8]
         [--backbone-only]
 
-The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W), with a dynamic batch and the
-resolution fixed at the backbone's ``img_size`` (or ``--img-size``: the model is built for it and the
-checkpoint's position embedding is resized once while loading, so the graph holds no interpolation).
-The config's normalisation is inside the graph; resizing and cropping (the config's test pipeline)
-are not. The checkpoint must fit the config's model: one whose head has another shape (trained for
-other classes) is refused, naming both shapes; ``--part backbone`` loads and exports the backbone
-only, ``--backbone-only`` exports the classifier with an untrained head on purpose. The file is
-written only after ONNX Runtime reproduces PyTorch's outputs on the same random images, at batch
-sizes 1 and 3, within ``--atol``. ``--torch-export`` also saves a ``torch.export``
-program (dynamic batch). ``--benchmark N`` then times N interleaved rounds of eager PyTorch,
-vit_plugin's frozen compiled model (``vit_plugin.deploy.compile_for_inference``) and ONNX Runtime on
-one batch (CPU, ``--threads``) and prints medians and ratios; ``--benchmark-out`` writes them as JSON.
+The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W). See docs/inference.md.
 """
 import argparse
 import json

@@ -4,25 +4,7 @@
         [--out results.json] [--out-dir vis/] [--score-thr 0.3] [--device cpu] [--backbone-only]
     python tools/infer.py MODEL_NAME IMAGE_OR_FOLDER [...] [--topk 5] ...
 
-A released model is named instead of a config and a checkpoint (``vit_plugin.list_models()``, e.g.
-``vit-base-p16_in21k-pre_orig_in1k-384px``; docs/model_zoo.md): its config and weights come from
-:mod:`vit_plugin.zoo`, the weights from the Hugging Face cache (``HF_HUB_OFFLINE=1`` reads only the cache).
-
-A classification config (mmpretrain, e.g. ``configs/vit_demo_digits.py``) prints the ``--topk``
-classes of every image with their names and scores. A detection config (mmdet, e.g.
-``configs/mask_rcnn_vit_tiny_simplefpn_shapes.py``) writes each image with its boxes (and masks)
-drawn to ``--out-dir/<name>.png`` and prints the detections above ``--score-thr``. Folders are
-searched recursively for images. Batches are run with a progress bar.
-
-This is a thin layer over the ecosystem's own inferencers (mmpretrain's
-``ImageClassificationInferencer``, mmdet's ``DetInferencer``, through :mod:`vit_plugin.inference`): the
-test pipeline of the config, its data preprocessor and the class names stored in the checkpoint are
-used as in ``tools/test.py``. The checkpoint is read with vit_plugin's safe loader (no code from the
-file runs) and must fit the config's model: a head of another shape (a checkpoint trained for other
-classes) is refused with both shapes named, rather than predicting with a random head;
-``--backbone-only`` loads only the backbone on purpose. Images are decoded as vit_plugin's training
-loaders decode them: a truncated, unreadable or oversized file stops the run with its name and the
-reason. A model whose weights expect another input normalisation than the config's gets a warning.
+See docs/inference.md.
 """
 import argparse
 import json
@@ -70,8 +52,7 @@ def is_config_file(path: str) -> bool:
 
 
 def collect_images(inputs: List[str]) -> List[str]:
-    """The image files named or found (recursively, sorted) in ``inputs``; an error for a missing
-    path or a folder without images."""
+    """The image files named or found (recursively, sorted) in ``inputs``; SystemExit if none."""
     images = []
     for path in inputs:
         if osp.isdir(path):

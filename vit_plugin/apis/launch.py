@@ -1,23 +1,7 @@
 """What ``tools/train.py`` and ``tools/test.py`` do between reading the config and running the runner.
 
-``tools/train.py`` only turns its options into config keys; what a run does with them (the global
-batch, the device defaults, pre-emption safety, the input check) is the run plan
-(:mod:`vit_plugin.engine.plan`), applied by the runner the config names
-(``runner_type='vit_plugin.Runner'``, :mod:`vit_plugin.engine.runner`) whichever tool builds it, and by
-the XLA launcher in each of its processes; :func:`dry_run` prints it (``--dry-run``).
-One function per option, each taking the config (modified in place) and the option's value, so that a
-new option is one function here and one line in the ``merge_args`` of :mod:`vit_plugin.apis.train`
-(or :mod:`vit_plugin.apis.test`); docs/configs.md lists each option with its keys:
-
-* options: :func:`merge_cfg_options`, :func:`set_work_dir`, :func:`use_amp` (with the rule of
-  ``--amp`` without a value in :func:`amp_precision`), :func:`use_auto_scale_lr`, :func:`set_resume`,
-  :func:`skip_validation`, :func:`disable_pin_memory`, :func:`disable_tf32`, :func:`use_fsdp`,
-  :func:`use_compile`, :func:`setup_launcher` (the launcher, and XLA's SPMD and layer scan);
-  ``tools/test.py`` also applies the device defaults itself
-  (:func:`~vit_plugin.engine.runner.use_device_defaults`);
-* the run: :func:`build_runner` (as mmpretrain's and mmdet's tools build it), :func:`run_training`,
-  :func:`dry_run`, and :func:`exit_on_expected_errors`, which turns the errors a user can fix into one message and an
-  exit status.
+One function per option, each editing the config in place, then the run itself. Options and the
+keys they set: docs/configs.md.
 """
 import dataclasses
 import gc
@@ -26,7 +10,7 @@ import os
 import os.path as osp
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from mmengine.config import Config
@@ -36,10 +20,13 @@ from mmengine.runner import Runner
 from vit_plugin import runtime
 from vit_plugin.datasets.checked import DataRootNotFoundError
 from vit_plugin.engine.config_edits import type_name
+from vit_plugin.engine.data_faults import TrainingDataFault
+from vit_plugin.engine.data_identity import DataChangedError
 from vit_plugin.engine.hooks import NonFiniteTrainingError
 from vit_plugin.engine.optimizers import resolve_precision, use_mixed_precision
 from vit_plugin.engine.plan import RunEnv, device_kind, names_vit_plugin_runner, plan_run
 from vit_plugin.engine.preemption import TrainingPreempted
+from vit_plugin.engine.vis_backends import add_vis_backends
 from vit_plugin.engine.runner import (RunSetupError, check_processes_per_gpu, is_rank_zero,  # noqa: F401
                                      use_device_defaults)
 from vit_plugin.xla import launch_training, to_xla_config
@@ -69,22 +56,17 @@ def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None
 
 
 def training_device(launcher: str) -> str:
-    """The kind of device the run trains on: ``'xla'``, ``'cuda'`` or ``'cpu'``
-    (:func:`~vit_plugin.engine.plan.device_kind`)."""
+    """The kind of device the run trains on: ``'xla'``, ``'cuda'`` or ``'cpu'``."""
     return device_kind(launcher=launcher)
 
 
 def amp_precision(amp: str, device: str) -> str:
-    """The precision ``--amp`` means on ``device``: the value given, or without one (``'auto'``) bf16
-    where the device computes it natively (GPUs of compute capability 8.0 or newer, CPUs, TPUs) and
-    fp16 with dynamic loss scaling on older GPUs (:func:`vit_plugin.engine.optimizers.resolve_precision`,
-    which also refuses bf16 on a GPU without it)."""
+    """The precision ``--amp`` means on ``device``: the value given, or for ``'auto'`` bf16 where native, else fp16."""
     return resolve_precision(amp, device)[0]
 
 
 def use_amp(cfg: Config, amp: Optional[str], launcher: str) -> None:
-    """``--amp [bf16|fp16]``: mixed precision through the optimizer wrapper of the run's device
-    (bf16 without a loss scaler, fp16 with one); the choice is printed with its reason."""
+    """``--amp [bf16|fp16]``: mixed precision through the optimizer wrapper of the run's device."""
     if not amp:
         return
     device = training_device(launcher)
@@ -98,8 +80,7 @@ def use_amp(cfg: Config, amp: Optional[str], launcher: str) -> None:
 
 
 def use_auto_scale_lr(cfg: Config, enable: bool) -> None:
-    """``--auto-scale-lr``: ``auto_scale_lr.enable=True``, the learning rate scaled linearly with the real
-    batch size; the runner then drops ``global_batch_size`` (no accumulation)."""
+    """``--auto-scale-lr``: ``auto_scale_lr.enable=True``; the runner then drops ``global_batch_size``."""
     if enable:
         auto_scale_lr = cfg.get('auto_scale_lr') or {}
         auto_scale_lr['enable'] = True
@@ -107,9 +88,7 @@ def use_auto_scale_lr(cfg: Config, enable: bool) -> None:
 
 
 def set_resume(cfg: Config, resume: Optional[str]) -> None:
-    """``--resume [CHECKPOINT]``: ``resume=True`` and ``load_from``; without a value (``'auto'``)
-    ``load_from=None``, which vit_plugin's runner resolves to the newest intact checkpoint of the work dir
-    (mmengine's to the one ``last_checkpoint`` names)."""
+    """``--resume [CHECKPOINT]``: ``resume=True`` and ``load_from`` (None for ``'auto'``: the newest intact one)."""
     if resume is not None:
         cfg.resume = True
         cfg.load_from = None if resume == 'auto' else resume
@@ -135,30 +114,30 @@ def disable_tf32(cfg: Config) -> None:
 
 
 def use_fsdp(cfg: Config) -> None:
-    """``--fsdp``: ``runner_type='vit_plugin.FlexibleRunner'`` and ``strategy=vit_plugin.FSDP2Strategy``
-    (``fully_shard`` per Transformer block and on the root; CPU/Gloo and GPUs); ``cfg.fsdp_cfg`` (a dict)
-    passes options such as ``mixed_precision='bf16'`` to the strategy. The runner makes an
-    ``EMAHook`` ``vit_plugin.ShardedEMAHook``."""
+    """``--fsdp``: ``vit_plugin.FlexibleRunner`` with ``vit_plugin.FSDP2Strategy``; ``cfg.fsdp_cfg`` passes options."""
     cfg.runner_type = 'vit_plugin.FlexibleRunner'
     cfg.strategy = dict(type='vit_plugin.FSDP2Strategy', **(cfg.get('fsdp_cfg') or {}))
 
 
 def use_compile(cfg: Config, enable: bool) -> None:
-    """``--compile``: mmengine's ``compile`` option (the runner ``torch.compile``s ``train_step``); a
-    ``compile`` dict of the config (``torch.compile`` arguments) is kept."""
+    """``--compile``: mmengine's ``compile`` option; a ``compile`` dict of the config is kept."""
     if enable and not isinstance(cfg.get('compile'), dict):
         cfg.compile = True
 
 
+def use_vis_backends(cfg: Config, names: Optional[Sequence[str]]) -> None:
+    """``--vis tensorboard|wandb|mlflow ...``: mmengine's backends added to ``visualizer.vis_backends``."""
+    if names:
+        cfg.visualizer = add_vis_backends(cfg.get('visualizer'), names)
+
+
 # ---------------------------------------------------------------------------------------- the launcher
 def setup_launcher(cfg: Config, launcher: str, xla_spmd: bool = False, xla_layer_scan: bool = False) -> None:
-    """``--launcher``: ``cfg.launcher``, as mmpretrain's tools set it; ``--xla-spmd`` and
-    ``--xla-layer-scan`` (with ``--launcher xla`` only): ``strategy.spmd`` / ``strategy.layer_scan``.
+    """``--launcher``, ``--xla-spmd``, ``--xla-layer-scan``: ``cfg.launcher`` and ``strategy`` keys.
 
-    Checks only, besides: under ``--launcher xla`` the config, for the XLA path, before any process
-    starts; on a GPU host, one process per GPU at most (mmengine's logger fails with an IndexError
-    before any runner could say so). The process group itself is set up by the runner
-    (``vit_plugin.Runner`` joins it over Gloo on hosts without GPUs).
+    Raises:
+        SystemExit: An XLA option without ``--launcher xla``, ``--fsdp`` or a config the XLA path cannot
+            run under it, or more processes than GPUs on a GPU host; the message says which.
     """
     cfg.launcher = launcher
     if xla_spmd and launcher != 'xla':
@@ -193,37 +172,31 @@ def xla_options(cfg: Config) -> dict:
 
 # ----------------------------------------------------------------------------------------- the run
 def build_runner(cfg: Config):
-    """The runner ``cfg.runner_type`` names (e.g. ``vit_plugin.Runner``), else mmengine's Runner: what
-    mmpretrain's and mmdet's ``tools/train.py`` build."""
+    """The runner ``cfg.runner_type`` names, else mmengine's ``Runner``."""
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)
 
 
 def run_training(cfg: Config) -> None:
-    """Train ``cfg`` in this process, or under ``launcher='xla'`` in the processes torch_xla starts, one
-    per device (one per host with ``strategy.spmd``), each planning the run once it knows the number of
-    replicas."""
+    """Train ``cfg`` in this process, or under ``launcher='xla'`` in one process per device."""
     if cfg.get('launcher') == 'xla':
         launch_training(cfg, **xla_options(cfg))
         return
     try:
         build_runner(cfg).train()
-    except TrainingPreempted:  # every process stops at the same iteration: the group can go too
+    except (TrainingPreempted, TrainingDataFault):  # every process stops at the same iteration: the group can go
         release_process_group()
         raise
     release_process_group()
 
 
 def plan_training(cfg: Config, world_size: Optional[int] = None):
-    """The run plan ``tools/train.py`` applies to ``cfg`` in this environment (nothing is built): the XLA
-    launcher's plan under ``launcher='xla'``, else the plan of the runner the config names; None for a
-    config whose runner applies no plan (mmengine's).
+    """The run plan ``tools/train.py`` applies to ``cfg`` here (nothing is built); None if the runner has none.
 
     Args:
-        cfg (Config): The config with the options merged (:func:`vit_plugin.apis.train.merge_args`).
-        world_size (int, optional): The number of processes to plan for. Defaults to None: what the
-            launcher's environment says (``WORLD_SIZE``, ``SLURM_NTASKS``, ...; 1 without a launcher).
+        cfg (Config): The config with the options merged.
+        world_size (int, optional): Processes to plan for. Defaults to None: the launcher's environment.
     """
     if cfg.get('launcher') == 'xla':
         return plan_xla_run(cfg, xla_env('xla', world_size or 1), **xla_options(cfg))
@@ -237,8 +210,7 @@ def plan_training(cfg: Config, world_size: Optional[int] = None):
 
 
 def dry_run(cfg: Config, world_size: Optional[int] = None) -> str:
-    """``--dry-run``: the text of the run plan of ``cfg`` and the changes it makes to the config
-    (:func:`plan_training`); builds no model and loads no data."""
+    """``--dry-run``: the text of the run plan of ``cfg`` and its config changes; builds nothing."""
     plan = plan_training(cfg, world_size)
     if plan is None:
         return (f'runner_type={cfg.get("runner_type")!r}: mmengine\'s runner trains the config as it is '
@@ -247,11 +219,7 @@ def dry_run(cfg: Config, world_size: Optional[int] = None) -> str:
 
 
 def release_process_group() -> None:
-    """Destroys the default process group, if this process has one, once the run is over.
-
-    mmengine leaves it to the interpreter's exit. Only after a run, where every process ends at the same
-    point: a group destroyed while another process still waits in a collective would fail that one.
-    """
+    """Destroy the default process group, if any, once a run is over (every rank at the same point)."""
     global _JOINED_GROUP
     if runtime.release_process_group():
         _JOINED_GROUP = True
@@ -262,12 +230,9 @@ _JOINED_GROUP = False
 
 
 def run_as_script(main: Callable[[], Any]) -> None:
-    """Runs a tool's ``main`` as the whole work of the process and exits with its status.
+    """Run a tool's ``main`` as the whole work of the process and exit with its status.
 
-    A process of a multi-process run leaves through ``os._exit`` once its output is flushed: with torch
-    2.15 and Gloo, a rank that has finished and saved everything can still abort in the interpreter's
-    C++ teardown ('terminate called without an active exception', exit -6), and torchrun then reports
-    the whole job as failed. A single process, or one that ends in an error, exits as usual.
+    A rank of a multi-process run leaves through ``os._exit`` once flushed (Gloo teardown can abort).
     """
     try:
         main()
@@ -288,14 +253,15 @@ def run_as_script(main: Callable[[], Any]) -> None:
 
 @contextmanager
 def exit_on_expected_errors():
-    """Turn the errors a user fixes outside the code into their message and an exit status: a missing
-    data root (:data:`DATA_NOT_FOUND_EXIT_CODE`; a stack trace from inside the data loader would
-    only hide which path is missing), a diverged run (:data:`NONFINITE_EXIT_CODE`; an expected
-    outcome, not a bug, whose message says what to do next) and a config or launch the runner cannot
-    run as given (:class:`~vit_plugin.engine.runner.RunSetupError`, exit status 1)."""
+    """Turn errors a user fixes outside the code into their message and an exit status.
+
+    A missing data root (:data:`DATA_NOT_FOUND_EXIT_CODE`), a diverged run (:data:`NONFINITE_EXIT_CODE`),
+    a config or launch the runner cannot run (``RunSetupError``, 1), a resume onto changed data
+    (``DataChangedError``, 1).
+    """
     try:
         yield
-    except RunSetupError as err:
+    except (RunSetupError, DataChangedError) as err:
         raise SystemExit(f'ERROR: {err}') from None
     except DataRootNotFoundError as err:
         print(f'\nERROR: {err}', file=sys.stderr)

@@ -1,9 +1,7 @@
 """``tools/train.py``: its command line, the config keys each option sets, and the run.
 
-The options only set config keys (docs/configs.md lists each with its keys, which ``--cfg-options``
-sets as well); the run is the runner the config names (``vit_plugin.Runner`` in vit_plugin's runtimes),
-which applies the run plan, so mmpretrain's and mmdet's own ``tools/train.py`` train the same config the
-same way. ``--dry-run`` prints the plan and exits.
+Options only set config keys (docs/configs.md); the runner the config names applies the run plan.
+``--dry-run`` prints the plan and exits.
 """
 import argparse
 import os
@@ -13,7 +11,8 @@ from mmengine.config import Config, DictAction
 
 from .launch import (LAUNCHERS, disable_pin_memory, disable_tf32, dry_run, exit_on_expected_errors,
                      merge_cfg_options, run_training, set_resume, set_work_dir, setup_launcher, skip_validation,
-                     use_amp, use_auto_scale_lr, use_compile, use_fsdp)
+                     use_amp, use_auto_scale_lr, use_compile, use_fsdp, use_vis_backends)
+from vit_plugin.engine.vis_backends import VIS_BACKENDS
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -53,6 +52,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='do not pin data-loader memory (pinned by default on CUDA hosts)')
     parser.add_argument('--no-tf32', action='store_true',
                         help='fp32 matmuls and convolutions in full fp32 on GPUs (TF32 by default)')
+    parser.add_argument('--vis', nargs='+', choices=sorted(VIS_BACKENDS), metavar='BACKEND',
+                        help='also write the scalars (losses, learning rate, gradient norm, validation '
+                        'metrics, data time) to tensorboard, wandb and/or mlflow (mmengine\'s vis '
+                        'backends, written by rank 0; docs/monitoring.md)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config entries, e.g. train_dataloader.batch_size=32 '
                         'model.backbone.drop_rate=0.0')
@@ -91,6 +94,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
     if args.fsdp:
         use_fsdp(cfg)
     use_compile(cfg, args.compile)
+    use_vis_backends(cfg, args.vis)
     setup_launcher(cfg, launcher, xla_spmd=args.xla_spmd, xla_layer_scan=args.xla_layer_scan)
     return cfg
 

@@ -116,6 +116,13 @@ def parse_args(argv=None):
     parser.add_argument('--index-samples', type=int, default=200_000,
                         help='samples of the index build (0: no index build). Default: 200000.')
     parser.add_argument('--index-shards', type=int, default=64, help='their shards. Default: 64.')
+    parser.add_argument('--index-scale', type=int, nargs='+', default=None, metavar='SHARDS',
+                        help='only measure the cost of indexing per shard, local and over HTTP, at these '
+                             'shard counts (e.g. 8 32 64; a line fit through them): see measure_index_scale.')
+    parser.add_argument('--scale-samples', type=int, default=100, help='samples per shard of --index-scale. '
+                        'Default: 100.')
+    parser.add_argument('--scale-member-kib', type=int, default=32, help="each sample's .jpg in KiB for "
+                        '--index-scale (random bytes: the scan reads headers only). Default: 32.')
     parser.add_argument('--out', default=None, help='write the results as JSON here.')
     # internal: the index builds, in a fresh interpreter (run_index_child)
     parser.add_argument('--measure-index', help=argparse.SUPPRESS)  # [[folder, shards, workers], ...] as JSON
@@ -437,6 +444,8 @@ def measure_readers(args, data: ImageData, work: str) -> Tuple[Dict[str, List[fl
             start = time.perf_counter()
             cold()  # builds the index over HTTP once (the port, and so the index, is new every run)
             setting['remote_index_s'] = time.perf_counter() - start
+            remote['dataset'].reader.close()
+            shutil.rmtree(remote['cache'], ignore_errors=True)  # the scan kept its chunks: every pass starts cold
             read_remote = _pass(lambda i: remote['dataset'][i], shard_order)
 
             def remote_pass():
@@ -603,6 +612,66 @@ def measure_index(folder: str, num_shards: int, workers: int) -> dict:
                 worker_processes=len(monitor.workers_seen), index_bytes=size)
 
 
+def write_scale_shards(root: str, num_shards: int, samples: int, member_kib: int, seed: int = 0) -> List[str]:
+    """``num_shards`` shards of ``samples`` samples (a ``.jpg`` of ``member_kib`` KiB of random bytes and a
+    ``.cls``) for :func:`measure_index_scale`; reused while the settings are the same."""
+    spec = dict(num_shards=num_shards, samples=samples, member_kib=member_kib, seed=seed)
+    saved = _reuse(root, spec)
+    if saved is not None:
+        return saved['shard_names']
+    if osp.isdir(root):
+        shutil.rmtree(root)
+    os.makedirs(root)
+    rng = np.random.default_rng(seed + 3)
+    payload = rng.integers(0, 256, member_kib << 10, dtype=np.uint8).tobytes()
+    names = []
+    for s in range(num_shards):
+        names.append(f'{PREFIX}-{SPLIT}-{s:04d}.tar')
+        with tarfile.open(osp.join(root, names[-1]), 'w', format=tarfile.GNU_FORMAT) as tf:
+            for i in range(samples):
+                _add(tf, f'n{s:04d}{i:04d}_{i}.jpg', payload)
+                _add(tf, f'n{s:04d}{i:04d}_{i}.cls', str(i % 10).encode())
+    return _save_spec(root, spec, shard_names=names)['shard_names']
+
+
+def measure_index_scale(root: str, counts: Sequence[int], samples: int, member_kib: int, delay_ms: float,
+                        work: str) -> dict:
+    """Seconds to index the first N shards (each count of ``counts``) with one process: from the local
+    folder (page cache warm), and over HTTP (the loopback server, ``delay_ms`` per request) past the chunk
+    cache and through it (the scan keeping its chunks). The slope of a least-squares line through the
+    counts is the cost per shard; its intercept the fixed cost."""
+    names = write_scale_shards(root, max(counts), samples, member_kib)
+    shard_mib = osp.getsize(osp.join(root, names[0])) / 2**20
+    rows = []
+    with serve_folder(root, delay_s=delay_ms / 1e3) as server:
+        for count in counts:
+            pattern = f'{PREFIX}-{SPLIT}-{{0000..{count - 1:04d}}}.tar'
+            for where, base, keep in (('local', root, False), ('remote', server.url, False),
+                                      ('remote, kept in the cache', server.url, True)):
+                shards = resolve_shards(base, pattern)
+                cache = osp.join(work, f'cache-{count}')
+                reader = ShardReader(cache_dir=cache) if keep else None
+                path = osp.join(work, f'scale-{count}.index')
+                server.reset_counts()
+                start = time.perf_counter()
+                TarShardIndex.open(shards, rule=LabelRule('cls'), index_path=path, workers=1, rebuild=True,
+                                   keep_in=reader)
+                seconds = time.perf_counter() - start
+                rows.append(dict(where=where, shards=count, seconds=seconds, requests=server.requests,
+                                 mib_sent=server.bytes_sent / 2**20))
+                os.unlink(path)
+                shutil.rmtree(cache, ignore_errors=True)
+    fits = {}
+    for where in dict.fromkeys(r['where'] for r in rows):
+        xs = [r['shards'] for r in rows if r['where'] == where]
+        ys = [r['seconds'] for r in rows if r['where'] == where]
+        slope, intercept = np.polyfit(xs, ys, 1)
+        fits[where] = dict(seconds_per_shard=float(slope), fixed_s=float(intercept),
+                           seconds_per_mib=float(slope / shard_mib), ms_per_member=float(slope / (2 * samples) * 1e3))
+    return dict(shard_mib=shard_mib, samples_per_shard=samples, members_per_shard=2 * samples,
+                delay_ms=delay_ms, rows=rows, fits=fits)
+
+
 def _measure_forked(build: Tuple[str, int, int], conn) -> None:
     try:
         conn.send(('ok', measure_index(*build)))
@@ -711,6 +780,21 @@ def main(argv=None) -> dict:
         return {}
     started = time.perf_counter()
     os.makedirs(args.data_dir, exist_ok=True)
+    if args.index_scale:
+        with tempfile.TemporaryDirectory(prefix='index_scale_', dir=args.data_dir) as work:
+            result = measure_index_scale(osp.join(args.data_dir, 'scale_shards'), args.index_scale,
+                                         args.scale_samples, args.scale_member_kib, args.delay_ms, work)
+        for row in result['rows']:
+            print(f"{row['where']:>27}: {row['shards']:>3} shards {row['seconds']:7.2f} s, "
+                  f"{row['requests']:>5} requests, {row['mib_sent']:8.1f} MiB sent")
+        for where, fit in result['fits'].items():
+            caveat = '' if fit['fixed_s'] >= 0 and fit['seconds_per_shard'] > 0 else ' (the fit means nothing here)'
+            print(f"{where:>27}: {fit['seconds_per_shard'] * 1e3:.1f} ms per shard of {result['shard_mib']:.1f} MiB "
+                  f"({fit['seconds_per_mib'] * 1e3:.2f} ms per MiB, {fit['ms_per_member']:.3f} ms per member), "
+                  f"fixed {fit['fixed_s']:.2f} s{caveat}")
+        if args.out:
+            write_result(result, args.out)
+        return result
     data = write_images(args.data_dir, args.num_images, args.long_side, args.quality, args.num_classes,
                         args.shard_size, args.seed)
     print(f'{args.num_images} JPEGs of {args.long_side} px (quality {args.quality}, {data.mean_kib:.0f} KiB on '

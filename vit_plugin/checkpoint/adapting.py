@@ -6,13 +6,10 @@ import torch
 
 
 class AdaptsIncomingWeights(abc.ABC):
-    """A module that adapts the weights it is given (e.g. a classifier whose rows follow another label
-    space, :class:`vit_plugin.models.heads.LabelSpaceClsHead`).
+    """A module that adapts the weights it is given as they load (e.g. ``LabelSpaceClsHead``).
 
-    The module calls :meth:`adapt_incoming_weights` from its own load-state-dict pre-hook, which covers
-    ``init_cfg`` Pretrained, ``load_from``, ``--resume`` and ``load_state_dict``.
-    :func:`vit_plugin.checkpoint.strict_load.fit_state_dict` compares shapes before anything loads, so
-    it calls the method of every such module first. A second call finds nothing left to change.
+    Call :meth:`adapt_incoming_weights` from the module's load-state-dict pre-hook; the strict loader
+    calls it before comparing shapes. A second call changes nothing.
     """
 
     @abc.abstractmethod
@@ -23,5 +20,5 @@ class AdaptsIncomingWeights(abc.ABC):
             list[str]: One message per change made (already logged).
 
         Raises:
-            ValueError: weights this module cannot take, with what to set.
+            ValueError: Weights this module cannot take, with what to set.
         """

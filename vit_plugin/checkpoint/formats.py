@@ -1,17 +1,7 @@
-"""What a checkpoint file is, told by its content, and the safetensors format read and written.
+"""What a checkpoint file is, told by its first bytes, and the safetensors format read and written.
 
-A file's name says nothing reliable (hub files are ``model.safetensors`` or ``pytorch_model.bin``,
-downloads lose their suffix, users rename), so :func:`sniff_checkpoint` reads the first bytes:
-
-* safetensors: an 8-byte little-endian header length, then a JSON header starting with ``{``;
-* a zip archive: PyTorch's format (a ``data.pkl`` inside), or numpy's ``.npz`` (only ``.npy`` members);
-* a pickle (first byte 0x80): PyTorch's legacy format.
-
-Anything else is refused with what it looked like (text, empty, bytes) and the accepted formats.
-safetensors holds tensors and a str -> str metadata table only; the ``meta`` dict our converters
-write next to the weights travels in that table as JSON under :data:`META_KEY`. The records
-(position grid, GELU, LayerNorm epsilon, resize mode) are 0-dim or small tensors and travel as
-tensors.
+Our ``meta`` travels in safetensors' metadata as JSON under :data:`META_KEY`. See
+docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
 """
 import json
 import os
@@ -78,12 +68,11 @@ def _safetensors_header(filename: str, size: int) -> Dict[str, Any]:
 
 
 def sniff_checkpoint(filename: str) -> str:
-    """The format of a checkpoint file, from its content: 'safetensors', 'torch' (zip or legacy
-    pickle) or 'npz'.
+    """The format of a checkpoint file from its content: 'safetensors', 'torch' or 'npz'.
 
     Raises:
-        FileNotFoundError: no such file.
-        CheckpointFormatError: the file is in no accepted format, or a truncated safetensors file.
+        FileNotFoundError: No such file.
+        CheckpointFormatError: No accepted format, or a truncated safetensors file.
     """
     if not osp.isfile(filename):
         raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
@@ -113,9 +102,8 @@ def read_safetensors(filename: str, map_location: Any = 'cpu') -> Dict[str, Any]
     """The tensors of a safetensors file; with our ``meta`` as ``{'state_dict': ..., 'meta': ...}``.
 
     Args:
-        filename (str): A safetensors file (checked by :func:`sniff_checkpoint` first).
-        map_location: A device (str or :class:`torch.device`); anything else (e.g. a function) loads
-            to the CPU. Defaults to 'cpu'.
+        filename (str): A safetensors file.
+        map_location: A device; anything else (e.g. a function) loads to the CPU. Defaults to 'cpu'.
     """
     from safetensors import safe_open  # a dependency of timm and transformers; safe_open never runs code
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else 'cpu'
@@ -129,12 +117,7 @@ def read_safetensors(filename: str, map_location: Any = 'cpu') -> Dict[str, Any]
 
 def write_safetensors(state_dict: Dict[str, torch.Tensor], dst: str, meta: Optional[Dict[str, Any]] = None,
                       metadata: Optional[Dict[str, str]] = None) -> None:
-    """Write ``state_dict`` (and ``meta`` as JSON) to ``dst`` atomically: a temporary file in the same
-    folder, renamed into place when complete; on any failure an existing ``dst`` is untouched.
-
-    Tensors are copied to contiguous memory of their own, since safetensors refuses shared storage
-    (e.g. tied or sliced weights).
-    """
+    """Write ``state_dict`` (contiguous copies) and ``meta`` as JSON to ``dst``, atomically."""
     from safetensors.torch import save_file
     bad = [k for k, v in state_dict.items() if not torch.is_tensor(v)]
     if bad:
@@ -169,7 +152,7 @@ def folder_weights(folder: str) -> Tuple[str, Optional[str]]:
     """(weights file, ``config.json`` or None) of a model folder such as a Hugging Face snapshot.
 
     Raises:
-        CheckpointFormatError: the folder holds none of :data:`FOLDER_WEIGHTS`.
+        CheckpointFormatError: The folder holds none of :data:`FOLDER_WEIGHTS`.
     """
     for name in FOLDER_WEIGHTS:
         path = osp.join(folder, name)

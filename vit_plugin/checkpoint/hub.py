@@ -1,9 +1,6 @@
 """``hf-hub:<org>/<name>[@revision]`` checkpoint paths, resolved through ``huggingface_hub``.
 
-Online, the files are downloaded into the Hugging Face cache (once); with ``HF_HUB_OFFLINE=1`` only
-the cache is read. The cache location and offline mode are read from the environment when a path is
-resolved, not when ``huggingface_hub`` was imported, so a process (or a test) that sets
-``HF_HUB_CACHE`` / ``HF_HOME`` / ``HF_HUB_OFFLINE`` later is honoured.
+Cache location and offline mode are read from the environment at each resolution.
 """
 import os
 import os.path as osp
@@ -44,10 +41,7 @@ def hub_offline() -> bool:
 
 
 def resolve_hub_checkpoint(path: str) -> str:
-    """The local folder (a snapshot of the cache) holding the weights of ``hf-hub:<org>/<name>``.
-
-    The weights are the first of :data:`~vit_plugin.checkpoint.formats.FOLDER_WEIGHTS` the repository
-    has (safetensors first); ``config.json`` comes with them when the repository has one.
+    """The local snapshot folder holding the weights (safetensors first) of ``hf-hub:<org>/<name>``.
 
     Raises:
         HubCheckpointError: ``huggingface_hub`` missing, repository or revision not found, no weights

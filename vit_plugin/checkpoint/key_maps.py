@@ -1,9 +1,4 @@
-"""The key names of other ViT implementations (timm, mmpretrain) against ours, backbone-relative.
-
-Both the models' loading hook (:mod:`vit_plugin.models.load_adapt`) and the converters
-(:mod:`vit_plugin.converters`) take key names from here, so neither imports the other for them. It
-imports nothing from the rest of the package.
-"""
+"""The key names of other ViT implementations (timm, mmpretrain) against ours; imports nothing from the package."""
 import re
 from typing import Dict, Optional, Set, Tuple
 
@@ -80,12 +75,11 @@ def mmpretrain_to_ours_key(key: str) -> Optional[str]:
 
 
 def ours_to_mmpretrain_key(key: str, swiglu: bool = False) -> Optional[str]:
-    """mmpretrain's name for one of our backbone-relative weight keys (None if it has none).
+    """mmpretrain's name for one of our backbone-relative keys (None if it has none).
 
     Args:
         key (str): Our key.
-        swiglu (bool): The key's block has a SwiGLU MLP (see :func:`swiglu_blocks`), whose two dense
-            layers mmpretrain names ``ffn.w12``/``ffn.w3``. Defaults to False.
+        swiglu (bool): The key's block has a SwiGLU MLP (``ffn.w12``/``ffn.w3``). Defaults to False.
     """
     if not OURS_KEY_RE.match(key):
         return None
@@ -93,8 +87,7 @@ def ours_to_mmpretrain_key(key: str, swiglu: bool = False) -> Optional[str]:
 
 
 def swiglu_blocks(state_dict: Dict[str, torch.Tensor], prefix: str = '') -> Set[int]:
-    """Indices of the blocks of our ``state_dict`` whose MLP is SwiGLU: the packed ``mlp.fc1`` makes
-    twice the width ``mlp.fc2`` takes (a GELU MLP's are equal)."""
+    """Indices of the blocks whose MLP is SwiGLU (``mlp.fc1`` twice as wide as ``mlp.fc2`` takes)."""
     pattern = re.compile(re.escape(prefix) + r'blocks\.(\d+)\.mlp\.fc1\.weight$')
     found = set()
     for key, value in state_dict.items():

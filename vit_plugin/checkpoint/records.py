@@ -1,22 +1,9 @@
-"""What a ViT state dict may carry besides weights: the recorded fields, their encoding and decoding.
+"""What a ViT state dict may carry besides weights: the recorded fields, encoded as tensors.
 
-Both the models' loading hook (:mod:`vit_plugin.models.load_adapt`) and the converters
-(:mod:`vit_plugin.converters`) take these names from here, so neither imports the other for them. It
-imports nothing from the rest of the package.
-
-Recorded fields (0-dim integer tensors, relative to the backbone): a tensor, not a string, survives
-every loader, key revision and ``weights_only`` load unchanged. The integer indexes a frozen table
-here, not a list that may grow elsewhere, so that a file written today decodes the same tomorrow.
-
-* :data:`MODE_KEY` -- the position-embedding resize the weights expect (``'official'`` for the
-  official JAX release). It overrides the model's ``pos_embed_load_mode``.
-* :data:`GELU_KEY` -- the GELU the weights were trained with, recorded when it is the tanh
-  approximation of the official Flax model (exact GELU, PyTorch's default, needs no record).
-* :data:`NORM_KEY` -- the input normalisation the weights were trained with, a (2, 3) float tensor
-  ``[mean, std]`` in 0..255 pixel units (the official weights: 127.5 and 127.5, inputs in [-1, 1]).
-* :data:`NORM_EPS_KEY` -- the LayerNorm epsilon the weights were trained with, a 0-dim float64
-  tensor: 1e-6 from the official ``.npz`` converter, 1e-12 from ``transformers`` ports; a model that
-  loaded a record saves it again.
+Imports nothing from the package. Fields (backbone-relative): :data:`MODE_KEY` (position-table resize
+mode), :data:`GELU_KEY` (tanh GELU), :data:`NORM_KEY` ((2, 3) ``[mean, std]`` in 0..255 units),
+:data:`NORM_EPS_KEY` (LayerNorm eps, float64). Integer codes index frozen tables here. See
+docs/checkpoints.md#numerics-records.
 """
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -115,23 +102,18 @@ def decode_norm_eps(value, key: str = NORM_EPS_KEY) -> float:
 def resize_mode_for(state_dict: Dict[str, torch.Tensor], prefix: str, fallback: str,
                     override: Optional[str] = None, consume: bool = False,
                     fallback_name: str = 'the default') -> Tuple[str, str]:
-    """The position-embedding resize to apply to a state dict, and where the choice came from.
-
-    The one rule every loading path and converter follows: an explicit ``override`` (the converter's
-    ``--pos-embed-mode``), else the mode the weights record under ``prefix + MODE_KEY`` (the file
-    knows how it was meant to be resized), else ``fallback`` (the model's ``pos_embed_load_mode``).
+    """The position-embedding resize for a state dict: ``override``, else the record, else ``fallback``.
 
     Args:
         state_dict (dict): Incoming weights.
         prefix (str): Key prefix of the backbone in ``state_dict``.
         fallback (str): Mode when nothing else decides.
-        override (str, optional): Mode chosen explicitly by the caller. Defaults to None.
-        consume (bool): Remove the recorded key (a model consumes it; a converter keeps it). Defaults
-            to False.
-        fallback_name (str): What ``fallback`` is, for log lines. Defaults to 'the default'.
+        override (str, optional): Mode chosen explicitly by the caller.
+        consume (bool): Remove the recorded key (a model consumes it). Defaults to False.
+        fallback_name (str): What ``fallback`` is, for log lines.
 
     Returns:
-        tuple[str, str]: (mode, a few words saying where it came from, for log lines).
+        tuple[str, str]: (mode, where it came from, for log lines).
     """
     key = prefix + MODE_KEY
     recorded = state_dict.pop(key, None) if consume else state_dict.get(key)

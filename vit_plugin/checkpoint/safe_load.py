@@ -1,34 +1,7 @@
 """Loading checkpoints without executing code from them, on torch >= 2.6.
 
-**Global effect.** Importing ``vit_plugin`` (as ``custom_imports=dict(imports=['vit_plugin'])`` in a
-config does) calls :func:`install`, which replaces mmengine's checkpoint loaders for local paths and
-for ``http://`` / ``https://`` URLs *for the whole process*: every checkpoint mmengine reads through
-them afterwards -- ``init_cfg=dict(type='Pretrained')``, ``load_from``, ``--resume``, of any model, ours
-or not -- goes through :func:`load_local_checkpoint` / :func:`load_url_checkpoint`. mmengine's other
-schemes (``open-mmlab://``, ``torchvision://``, ``s3://`` ...) are left as they are. docs/installation.md
-("Checkpoints are loaded safely") is the user-facing description of this.
-
-What the replacement does:
-
-* PyTorch files load with ``torch.load(weights_only=True)`` plus a short allowlist of the harmless
-  data types mmengine itself writes into runner checkpoints (its ``HistoryBuffer`` log statistics and
-  numpy arrays/scalars). That is what makes ``--resume`` work on torch 2.9 without the global
-  ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` switch, while a file that pickles code is refused before
-  anything in it runs. A user who trusts a specific file that needs full unpickling opts in for that
-  file only by listing its path in ``VIT_PLUGIN_TRUSTED_CHECKPOINTS`` (``os.pathsep``-separated).
-* The format is told by the file's content (:mod:`vit_plugin.checkpoint.formats`): safetensors files
-  are read with ``safetensors`` (which cannot execute code), PyTorch files as above, ``.npz`` files
-  (official JAX checkpoints) by their registered converter. A folder with ``config.json`` and
-  ``model.safetensors`` (or ``pytorch_model.bin``), such as a Hugging Face snapshot, is read through
-  its weights file, and ``hf-hub:<org>/<name>[@revision]`` through the Hugging Face cache
-  (:mod:`vit_plugin.checkpoint.hub`). Anything else is refused with what the file looked like.
-* Registered state-dict adapters (:func:`register_state_dict_adapter`; the ``transformers`` layout,
-  registered by :mod:`vit_plugin.converters`) turn third-party layouts into ours as they load.
-* A URL is downloaded once into ``<torch hub dir>/checkpoints/vit_plugin/<hash of the URL>/<file
-  name>``: the cache is keyed by the whole URL, so two URLs ending in the same file name never share
-  an entry. A file name of the form ``name-<hex>.ext`` promises that the file's SHA-256 starts with
-  ``<hex>`` (torch.hub's ``check_hash`` convention, which OpenMMLab's model zoos follow); the download
-  is verified against it and refused, leaving nothing in the cache, when it differs.
+Importing ``vit_plugin`` calls :func:`install`, which makes mmengine read local and http(s)
+checkpoints through these loaders for the whole process. See docs/installation.md#checkpoints-are-loaded-safely.
 """
 import hashlib
 import os
@@ -102,9 +75,9 @@ def safe_torch_load(filename: str, map_location: Any = 'cpu') -> Any:
         map_location: As for :func:`torch.load`. Defaults to 'cpu'.
 
     Raises:
-        FileNotFoundError: the file does not exist.
-        UnsafeCheckpointError: the file pickles objects outside the allowlist (e.g. code).
-        CheckpointError: the file is truncated or not a PyTorch checkpoint.
+        FileNotFoundError: The file does not exist.
+        UnsafeCheckpointError: The file pickles objects outside the allowlist (e.g. code).
+        CheckpointError: The file is truncated or not a PyTorch checkpoint.
     """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
@@ -153,13 +126,12 @@ def register_state_dict_adapter(adapter: Callable[[Any, str, Optional[str]], Any
 
 
 def read_checkpoint_file(filename: str, map_location: Optional[Any] = None) -> Any:
-    """A local checkpoint file or model folder, as stored (no adapter applied), its format told by
-    its content.
+    """A local checkpoint file or model folder, as stored (no adapter), its format told by content.
 
     Raises:
-        FileNotFoundError: no such file or folder.
-        CheckpointFileError: not a checkpoint in an accepted format, or truncated.
-        UnsafeCheckpointError: a PyTorch file that pickles code.
+        FileNotFoundError: No such file or folder.
+        CheckpointFileError: Not a checkpoint in an accepted format, or truncated.
+        UnsafeCheckpointError: A PyTorch file that pickles code.
     """
     filename = osp.expanduser(filename)
     if osp.isdir(filename):
@@ -182,8 +154,7 @@ def read_checkpoint_file(filename: str, map_location: Optional[Any] = None) -> A
 
 
 def load_local_checkpoint(filename: str, map_location: Optional[Any] = None) -> Any:
-    """mmengine checkpoint-loader scheme for local paths (replaces mmengine's unsafe default): any
-    accepted format (told by content), a model folder, with third-party layouts adapted to ours."""
+    """mmengine loader for local paths: any accepted format or model folder, third-party layouts adapted."""
     weights, config = filename, None
     if osp.isdir(osp.expanduser(filename)):
         try:
@@ -202,8 +173,7 @@ def load_local_checkpoint(filename: str, map_location: Optional[Any] = None) -> 
 
 
 def load_hub_checkpoint(path: str, map_location: Optional[Any] = None) -> Any:
-    """mmengine checkpoint-loader scheme for ``hf-hub:<org>/<name>[@revision]``: resolved to the
-    snapshot folder of the Hugging Face cache (downloaded when online), then loaded like a folder."""
+    """mmengine loader for ``hf-hub:<org>/<name>[@revision]``, through the Hugging Face cache."""
     try:
         folder = resolve_hub_checkpoint(path)
     except HubCheckpointError as err:
@@ -217,12 +187,7 @@ def is_checkpoint_path(path: str) -> bool:
 
 
 def url_cache_path(url: str, model_dir: Optional[str] = None) -> str:
-    """Where :func:`load_url_checkpoint` caches ``url``: a directory per URL, the file's own name in it.
-
-    The directory is named by a hash of the URL without its fragment (which never reaches the
-    server); the query is part of the key, because it may select the file. The file keeps its name so
-    that its hash prefix (``name-<hex>.ext``) can be checked, and so the user can recognise it.
-    """
+    """Where :func:`load_url_checkpoint` caches ``url``: a directory per URL (hash), the file's own name."""
     model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints', 'vit_plugin')
     address = url.split('#')[0]
     name = osp.basename(urlparse(address).path) or 'checkpoint'
@@ -250,11 +215,9 @@ def _download(url: str, cached: str, progress: bool) -> None:
 
 
 def load_url_checkpoint(url: str, map_location: Optional[Any] = None, model_dir: Optional[str] = None) -> Any:
-    """mmengine checkpoint-loader scheme for http(s) URLs: download once into the cache of
-    :func:`url_cache_path` (hash prefix in the file name checked), then load like a local file.
+    """mmengine loader for http(s) URLs: download once (hash prefix checked), then load like a file.
 
-    In a distributed run, local rank 0 downloads while the other processes wait, as mmengine's own
-    loader does, so a file is fetched once per machine.
+    In a distributed run local rank 0 downloads while the others wait.
     """
     cached = url_cache_path(url, model_dir)
     rank, world_size = get_dist_info()
@@ -269,8 +232,7 @@ def load_url_checkpoint(url: str, map_location: Optional[Any] = None, model_dir:
 
 
 def install() -> None:
-    """Make mmengine load local and http(s) checkpoints through the safe loaders, for the whole process
-    (idempotent; called when ``vit_plugin`` is imported, see the module docstring)."""
+    """Make mmengine load local and http(s) checkpoints through the safe loaders, process-wide (idempotent)."""
     CheckpointLoader.register_scheme(prefixes='', loader=load_local_checkpoint, force=True)
     CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=load_url_checkpoint, force=True)
     CheckpointLoader.register_scheme(prefixes=HUB_PREFIX, loader=load_hub_checkpoint, force=True)

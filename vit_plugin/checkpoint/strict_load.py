@@ -1,15 +1,7 @@
 """Loading a checkpoint for inference or export: every weight fits the config's model, or a clear error.
 
-mmengine's ``load_checkpoint`` (what mmpretrain's ``get_model`` and mmdet's ``DetInferencer`` use) is
-not strict: a weight whose shape differs from the model's (typically the classifier of a checkpoint
-trained for another number of classes) is skipped with a warning, and the model predicts with the
-config's random initialisation of that layer. For training that is sometimes wanted (fine-tuning
-from a pre-trained backbone); for inference and export it silently gives a wrong model.
-
-:func:`load_checkpoint_strict` refuses such a checkpoint, naming the weights, both shapes and the
-option for a deliberate backbone-only load. The backbone's own loading hook still adapts what it
-adapts on purpose (the position embedding to another grid, the patch kernel to another patch size,
-the recorded GELU and normalisation), so a checkpoint of the right model at another resolution loads.
+mmengine's ``load_checkpoint`` skips weights of another shape with a warning; these loaders refuse
+them. See docs/model_zoo.md and docs/inference.md.
 """
 from typing import Dict, List, Optional, Tuple
 
@@ -29,11 +21,10 @@ class CheckpointMismatchError(ValueError):
 
 
 def state_dict_of(checkpoint, filename: str) -> Dict[str, torch.Tensor]:
-    """The tensors of a loaded checkpoint: its ``state_dict`` (mmengine), ``model`` or ``module`` entry,
-    or the dict itself; ``module.`` prefixes (DDP) removed.
+    """The tensors of a loaded checkpoint (``state_dict``, ``model``, ``module`` or itself), DDP prefix removed.
 
     Raises:
-        CheckpointMismatchError: no state dict of tensors in it.
+        CheckpointMismatchError: No state dict of tensors in it.
     """
     if isinstance(checkpoint, dict):
         for key in ('state_dict', 'model', 'module'):
@@ -53,8 +44,7 @@ def _shape(t) -> Tuple[int, ...]:
 
 
 def _label_space_hint(key: str, theirs: Tuple[int, ...], ours: Tuple[int, ...]) -> Optional[str]:
-    """What to set when a ViT classifier's rows are the classes of another label space (e.g. the
-    21,843 of the official ImageNet-21k weights in a model for timm's 21,841 fall11 classes)."""
+    """What to set when a ViT classifier's rows are another label space's classes."""
     if not key.endswith(('layers.head.weight', 'layers.head.bias')) or theirs[1:] != ours[1:]:
         return None
     src, dst = spaces_of_size(theirs[0]), spaces_of_size(ours[0])
@@ -69,17 +59,11 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
                    option: str = '--backbone-only') -> Dict[str, torch.Tensor]:
     """Check that ``state`` fits ``model`` outside the backbone; return what to load.
 
-    A bare backbone file (keys without ``backbone.``, e.g. converted official weights) gets the prefix.
-    With ``backbone_only``, only the backbone's weights are returned (the rest of the model keeps its
-    initialisation, on purpose). Otherwise every weight outside the backbone must be in ``state`` with
-    the model's shape, and ``state`` may hold nothing the model lacks there; modules that adapt incoming
-    weights (:class:`~vit_plugin.checkpoint.adapting.AdaptsIncomingWeights`, e.g. a head that reorders
-    the rows of another label space) do so first, and a ViT classifier of another label space's size gets
-    a message naming the head to set.
+    A bare backbone file gets the ``backbone.`` prefix; ``backbone_only`` keeps the backbone only.
+    Modules that adapt incoming weights (:class:`AdaptsIncomingWeights`) do so first.
 
     Raises:
-        CheckpointMismatchError: naming the weights, the checkpoint's and the model's shapes, and
-            ``option``.
+        CheckpointMismatchError: Naming the weights, both shapes and ``option``.
     """
     model_state = model.state_dict()
     if not any(k.startswith(BACKBONE_PREFIX) for k in state) and \
@@ -124,12 +108,10 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
 
 def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], source: str,
                            backbone_only: bool = False) -> None:
-    """Load ``state`` (from :func:`fit_state_dict`) through the modules' loading hooks and insist that
-    every backbone weight was loaded with its shape (and, unless ``backbone_only``, every other one).
+    """Load ``state`` through the modules' hooks; every weight must load with its shape.
 
     Raises:
-        CheckpointMismatchError: a weight of another shape (after the hooks' adaptations), a missing or
-            an unexpected weight.
+        CheckpointMismatchError: A weight of another shape, a missing or an unexpected weight.
     """
     try:
         result = model.load_state_dict(state, strict=False)
@@ -150,15 +132,13 @@ def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], sou
 
 def load_checkpoint_strict(model: nn.Module, filename: str, backbone_only: bool = False,
                            option: str = '--backbone-only', map_location='cpu') -> dict:
-    """Load ``filename`` (through mmengine's loader, i.e. vit_plugin's safe one) into ``model``,
-    refusing a checkpoint that does not fit (see the module docstring).
+    """Load ``filename`` (through the safe loader) into ``model``, refusing one that does not fit.
 
     Args:
         model (nn.Module): The model built from the config.
         filename (str): The checkpoint.
         backbone_only (bool): Load only the backbone's weights, on purpose. Defaults to False.
-        option (str): How the caller spells ``backbone_only`` (named in the error message).
-            Defaults to '--backbone-only'.
+        option (str): How the caller spells ``backbone_only`` in messages. Defaults to '--backbone-only'.
         map_location: Passed to the loader. Defaults to 'cpu'.
 
     Returns:

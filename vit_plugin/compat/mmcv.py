@@ -1,9 +1,6 @@
-"""mmcv's compiled-operator module, by name.
+"""mmcv's compiled-operator module ``mmcv._ext`` (an ``ext_loader`` convention, not public).
 
-mmcv's Python operators load their kernels with ``importlib.import_module('mmcv._ext')``; vit_plugin
-serves that module itself where mmcv has no compiled one (``_vit_plugin_mmcv_ext``) and reads it to
-describe and count the operators. The name is a convention of mmcv's ``ext_loader``, not a public
-module. Checked against mmcv-lite 2.1.0 and onedl-mmcv 2.3.6.
+Checked against mmcv-lite 2.1.0 and onedl-mmcv 2.3.6.
 """
 import importlib
 from types import ModuleType

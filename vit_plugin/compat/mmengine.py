@@ -1,7 +1,4 @@
-"""Private names of mmengine that vit_plugin needs.
-
-Checked against mmengine 0.10.7 and onedl-mmengine 0.10.12 (the same code at every access below).
-"""
+"""Private names of mmengine that vit_plugin needs; checked against mmengine 0.10.7 and onedl-mmengine 0.10.12."""
 import itertools
 from typing import Any, Dict
 
@@ -36,11 +33,9 @@ LOOP_MAKES_ITERATOR_WHEN_BUILT = not hasattr(_InfiniteDataloaderIterator, '_ensu
 
 
 def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:
-    """Move mmengine's ``InfiniteSampler`` to position ``num_samples`` of this process's stream, as
-    onedl-mmengine's ``InfiniteSampler.skip`` does; False for any other sampler.
+    """Move ``InfiniteSampler`` to position ``num_samples`` of this rank's stream; False for other samplers.
 
-    mmengine 0.10.7's sampler has no ``skip``; its stream is the private generator ``_indices_of_rank``
-    (the same in both versions), which yields indices only: nothing is loaded.
+    mmengine 0.10.7 has no ``skip``: its private ``_indices_of_rank`` yields indices only.
     """
     if not isinstance(sampler, InfiniteSampler):
         return False
@@ -52,22 +47,17 @@ def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:
 
 
 def is_local_uri(uri: Any) -> bool:
-    """Whether ``uri`` names a local file (no ``s3://``-style prefix), by mmengine's own rule.
+    """Whether ``uri`` names a local file, by mmengine's private ``_parse_uri_prefix``.
 
-    mmengine decides which file backend serves a path with the private ``_parse_uri_prefix``; the
-    public ``get_file_backend`` also honours ``backend_args`` mappings, which would call some local
-    paths remote.
+    The public ``get_file_backend`` also honours ``backend_args``, which may call local paths remote.
     """
     return _parse_uri_prefix(str(uri)) == ''
 
 
 class AfterCheckpointSaved:
-    """Gives a subclass of mmengine's ``CheckpointHook`` an ``after_checkpoint_saved(runner)`` method,
-    called once each checkpoint is written (put it before ``CheckpointHook`` among the bases).
+    """Mixin giving a ``CheckpointHook`` subclass ``after_checkpoint_saved(runner)`` (put it first).
 
-    Every save of ``CheckpointHook`` (by epoch, by iteration, the last one) goes through its private
-    ``_save_checkpoint_with_step``; mmengine offers no public point right after a save. Checked against
-    mmengine 0.10.7 and onedl-mmengine 0.10.12.
+    Every save goes through the private ``_save_checkpoint_with_step``; no public point follows a save.
     """
 
     def _save_checkpoint_with_step(self, runner, step, meta):
@@ -79,42 +69,30 @@ class AfterCheckpointSaved:
 
 
 def save_checkpoint_as_configured(hook, runner) -> None:
-    """Let mmengine's ``CheckpointHook`` save now, with its file names, rotation (``max_keep_ckpts``)
-    and ``last_checkpoint`` record.
+    """Let ``CheckpointHook`` save now, with its names, rotation and ``last_checkpoint``.
 
-    The hook only saves from its ``after_train_*`` methods, which also decide whether the interval
-    is due; ``CheckpointHook._save_checkpoint`` is the step that saves unconditionally.
+    Its private ``_save_checkpoint`` is the only step that saves without checking the interval.
     """
     hook._save_checkpoint(runner)
 
 
 def resumes(runner) -> bool:
-    """Whether the runner was told to resume (``resume=True``), not only to load weights.
-
-    ``Runner`` keeps the flag in ``_resume`` and offers no property for it.
-    """
+    """Whether the runner was told to resume (``Runner._resume``; no public property)."""
     return bool(getattr(runner, '_resume', False))
 
 
 def accumulative_counts(wrapper, default: int = 1) -> int:
-    """The gradient accumulation of an ``OptimWrapper`` (``accumulative_counts`` of its config).
-
-    The wrapper stores it in ``_accumulative_counts`` without a public accessor.
-    """
+    """The gradient accumulation of an ``OptimWrapper`` (``_accumulative_counts``; no accessor)."""
     return getattr(wrapper, '_accumulative_counts', default)
 
 
 def normalizes(preprocessor, default: bool = False) -> bool:
-    """Whether an mmengine/mmpretrain image data preprocessor normalises with its ``mean``/``std``.
-
-    Both ``ImgDataPreprocessor`` classes store the decision in ``_enable_normalize`` only.
-    """
+    """Whether an image data preprocessor normalises (``_enable_normalize``; no accessor)."""
     return bool(getattr(preprocessor, '_enable_normalize', default))
 
 
 def converts_channels(preprocessor) -> bool:
-    """Whether an image data preprocessor swaps BGR and RGB (``to_rgb``/``bgr_to_rgb``), stored in
-    ``_channel_conversion`` only."""
+    """Whether an image data preprocessor swaps BGR and RGB (``_channel_conversion``; no accessor)."""
     return bool(getattr(preprocessor, '_channel_conversion', False))
 
 

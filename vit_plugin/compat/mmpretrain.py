@@ -1,7 +1,4 @@
-"""Private names of mmpretrain that vit_plugin needs.
-
-Checked against mmpretrain 1.2.0 and onedl-mmpretrain 1.3.6 (the same code at every access below).
-"""
+"""Private names of mmpretrain that vit_plugin needs; checked against mmpretrain 1.2.0 and onedl-mmpretrain 1.3.6."""
 from typing import Any, Dict
 
 from vit_plugin.compat import Inherited
@@ -10,35 +7,23 @@ __all__ = ['add_to_model_index', 'dataset_meta', 'set_dataset_meta', 'set_model_
 
 
 def dataset_meta(model) -> Any:
-    """The dataset meta (``classes`` ...) ``mmpretrain.get_model`` attached to a model, or None.
-
-    ``get_model`` stores it as ``model._dataset_meta`` and ``ImageClassificationInferencer`` reads
-    its class names from there; there is no public attribute for it.
-    """
+    """The dataset meta ``get_model`` attached as ``model._dataset_meta`` (the inferencers read it), or None."""
     return getattr(model, '_dataset_meta', None)
 
 
 def set_dataset_meta(model, meta) -> None:
-    """Attach ``meta`` where ``ImageClassificationInferencer`` looks for the class names (see
-    :func:`dataset_meta`)."""
+    """Attach ``meta`` where ``ImageClassificationInferencer`` looks for class names."""
     model._dataset_meta = meta
 
 
 def add_to_model_index(entry) -> None:
-    """Put one ``modelindex`` entry into mmpretrain's model index, which ``get_model``, ``list_models``,
-    ``inference_model`` and the inferencers read by name.
+    """Put one ``modelindex`` entry into ``ModelHub._models_dict`` by lower-case name (idempotent).
 
-    ``ModelHub.register_model_index`` is the public way, but it reads a model-index.yml file whose
-    entries name config *files* (checked in mmpretrain 1.2.0 and onedl-mmpretrain 1.3.6), and raises when
-    the same file is registered twice; vit_plugin's released models build their configs in code (so the
-    names work from an installed wheel, without configs/, and ``vit_plugin.zoo.register_model`` adds
-    models at run time), and the index accepts a config object as well. This
-    does what ``register_model_index`` does for each entry of such a file: it keys the entry by its
-    lower-case name in ``ModelHub._models_dict`` and refuses a name that is taken by another entry
-    (registering the same name twice is a no-op).
+    The public ``register_model_index`` reads a model-index.yml naming config files; our entries
+    build their configs in code. See docs/model_zoo.md#mmpretrains-model-index.
 
     Raises:
-        ValueError: the name is taken by a model of mmpretrain's or another registration.
+        ValueError: The name is taken by another model.
     """
     from mmpretrain.apis import ModelHub
     models = ModelHub._models_dict
@@ -50,8 +35,7 @@ def add_to_model_index(entry) -> None:
 
 
 def set_model_index_entry(model, entry) -> None:
-    """Attach a model's index entry where ``mmpretrain.inference_model`` looks for its task
-    (``get_model`` stores it as ``model._metainfo``; there is no public attribute for it)."""
+    """Attach a model's index entry as ``model._metainfo``, where ``inference_model`` reads its task."""
     model._metainfo = entry
 
 

@@ -1,8 +1,4 @@
-"""Private names of torch_xla that vit_plugin needs; torch_xla is imported at the first call, since
-it is absent from most installations.
-
-Checked against torch_xla 2.9.0 (the only version of the classic stack; the current stack has none).
-"""
+"""Private names of torch_xla (imported at first call); checked against torch_xla 2.9.0."""
 from typing import List, Sequence
 
 import torch
@@ -16,12 +12,7 @@ def _xlac():
 
 
 def sync_and_copy_to_cpu(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """CPU copies of XLA tensors, their pending computations run first as one graph.
-
-    ``xm.save`` does exactly this through the private ``xm._maybe_convert_to_cpu``, which calls
-    ``_XLAC._xla_sync_multi`` and ``_XLAC._xla_get_cpu_tensors``; ``tensor.cpu()`` one at a time would
-    run one graph per tensor.
-    """
+    """CPU copies of XLA tensors, pending computations run as one graph (as ``xm.save``'s private helper)."""
     xlac = _xlac()
     tensors = list(tensors)
     xlac._xla_sync_multi(tensors, devices=[], wait=True, sync_xla_data=False)
@@ -29,17 +20,12 @@ def sync_and_copy_to_cpu(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
 
 
 def sharding_spec(tensor: torch.Tensor) -> str:
-    """The XLA sharding annotation of a device tensor as text (empty when replicated by default).
-
-    ``XLAShardedTensor.sharding_spec`` reads the same ``_XLAC._get_xla_sharding_spec`` but needs the
-    tensor wrapped first, which ``mark_sharding`` only does for the tensors it annotated.
-    """
+    """The XLA sharding annotation of a device tensor as text (empty when replicated); ``_XLAC`` only."""
     return _xlac()._get_xla_sharding_spec(tensor)
 
 
 def local_shards(tensor: torch.Tensor) -> list:
-    """The pieces of a sharded device tensor that this process's devices hold, as ``(shard, device)``
-    pairs (``XLAShardedTensor.local_shards`` reads the same ``_XLAC._get_local_shards``)."""
+    """``(shard, device)`` pairs this process's devices hold of a sharded tensor (``_XLAC._get_local_shards``)."""
     return list(_xlac()._get_local_shards([tensor])[0])
 
 

@@ -20,14 +20,13 @@ class ConversionReport:
     """What a conversion did with each key.
 
     Attributes:
-        source (str): Description of the input (file name or format) used in messages.
+        source (str): Description of the input, used in messages.
         loaded (list[str]): Destination keys written.
-        resized (list[str]): One line per tensor whose shape was changed (e.g. the position embedding).
-        dropped (list[str]): Source keys left out on purpose (e.g. the pre-training head).
+        resized (list[str]): One line per tensor whose shape changed.
+        dropped (list[str]): Source keys left out on purpose.
         missing (list[str]): Keys a complete model needs that the source lacks.
         unknown (list[str]): Source keys the converter does not understand.
-        notes (list[str]): Facts about converted weights that change how they behave in our model
-            (e.g. a position embedding that was frozen in the source and is learnable in ours).
+        notes (list[str]): Facts that change how converted weights behave in our model.
     """
     source: str = 'checkpoint'
     loaded: List[str] = field(default_factory=list)
@@ -51,11 +50,9 @@ class ConversionReport:
         """Raise :class:`ConversionError` on unknown or missing keys unless they are allowed.
 
         Args:
-            allow_unknown (bool): Accept (and drop) source keys the converter does not understand.
-                Defaults to False.
-            allow_missing (bool): Accept a source that lacks keys a complete model needs. Defaults to
-                False.
-            hint (str): Extra advice appended to the message (e.g. the source format). Defaults to ''.
+            allow_unknown (bool): Accept (and drop) unknown source keys. Defaults to False.
+            allow_missing (bool): Accept a source that lacks keys. Defaults to False.
+            hint (str): Advice appended to the message. Defaults to ''.
         """
         problems = []
         if self.unknown and not allow_unknown:

@@ -32,11 +32,7 @@ SAFETENSORS_SUFFIX = '.safetensors'
 
 
 def _torch_arch(state_dict: Dict[str, torch.Tensor], bp: str) -> Dict[str, Any]:
-    """Width, depth, MLP width and patch size read from our state dict's shapes.
-
-    A SwiGLU MLP (``mlp.fc1`` packs two halves) gives its half width as ``swiglu_hidden_dims``
-    instead of ``mlp_dims``: the arch's nominal MLP width is not in the tensors.
-    """
+    """Width, depth, MLP width (SwiGLU: ``swiglu_hidden_dims``) and patch size from our shapes."""
     depth = 0
     while f'{bp}blocks.{depth}.norm1.weight' in state_dict:
         depth += 1
@@ -155,8 +151,7 @@ def _read_torch(src: str, src_format: str, pos_embed_grid, config_file: Optional
 
 
 def resolve_source(src: str) -> Tuple[str, Optional[str]]:
-    """(weights file, config.json or None) of a checkpoint path: a file, a model folder (a Hugging
-    Face snapshot) or ``hf-hub:<org>/<name>[@revision]``."""
+    """(weights file, config.json or None) of a file, a model folder or ``hf-hub:<org>/<name>[@rev]``."""
     if src.startswith(HUB_PREFIX):
         src = resolve_hub_checkpoint(src)
     if osp.isdir(src):
@@ -166,8 +161,7 @@ def resolve_source(src: str) -> Tuple[str, Optional[str]]:
 
 
 def _change_patch_size(source: _Source, patch_size, img_size):
-    """Resize the patch kernel to ``patch_size``; returns the image size the grid must then have
-    (``img_size``, or the trained resolution, which keeps the image and makes the grid follow)."""
+    """Resize the patch kernel; returns the image size the grid must then have."""
     state_dict, bp = source.state_dict, BACKBONE_PREFIX
     kernel_key = bp + 'patch_embed.proj.weight'
     if patch_size is None or kernel_key not in state_dict:
@@ -215,8 +209,7 @@ def _num_heads(source: _Source, arch: Optional[str], num_heads: Optional[int]) -
 
 
 def write_transformers_folder(state_dict: Dict[str, torch.Tensor], config: Dict[str, Any], dst: str) -> None:
-    """``model.safetensors`` and ``config.json`` into the folder ``dst`` (what ``from_pretrained`` reads),
-    each written to a temporary file and renamed into place."""
+    """``model.safetensors`` and ``config.json`` into the folder ``dst``, each written atomically."""
     import json
     os.makedirs(dst, exist_ok=True)
     write_safetensors(state_dict, osp.join(dst, 'model.safetensors'))
@@ -265,17 +258,11 @@ def convert_checkpoint_file(src: str,
                             num_heads: Optional[int] = None,
                             head_label_space: Optional[Tuple[str, str]] = None
                             ) -> Tuple[ConversionReport, Dict[str, Any]]:
-    """Convert ``src`` to ``dst`` (see ``tools/convert_checkpoint.py --help`` for the options).
+    """Convert ``src`` to ``dst``: read, convert, check everything, then write atomically.
 
-    ``src`` is a file of any accepted format (told by its content), a model folder or an ``hf-hub:``
-    id. ``dst`` ending in ``.safetensors`` is written as safetensors (``meta`` as JSON metadata);
-    ``dst_format='transformers'`` writes the folder ``dst`` with ``model.safetensors`` and
-    ``config.json``. Everything is checked before anything is written, and each file is written to a
-    temporary file in the same directory and renamed into place, so a failure never leaves a
-    partial ``dst``.
-
-    ``head_label_space=(src, dst)`` reorders the classifier's rows from label space ``src`` to ``dst``
-    (:func:`~vit_plugin.converters.head_label_space.convert_head_label_space`).
+    ``src`` is a file of any accepted format, a model folder or an ``hf-hub:`` id; ``dst`` ending in
+    ``.safetensors`` is safetensors, ``dst_format='transformers'`` a folder. Options are those of
+    ``tools/convert_checkpoint.py`` (docs/checkpoints.md#converting-files).
 
     Returns:
         tuple: (:class:`ConversionReport`, meta dict stored with the weights, incl. ``model_cfg``).
@@ -342,8 +329,7 @@ def convert_checkpoint_file(src: str,
 
 
 def atomic_torch_save(obj: Any, dst: str) -> None:
-    """``torch.save`` to a temporary file next to ``dst`` and rename it into place; on any failure the
-    temporary file is removed and an existing ``dst`` is left untouched."""
+    """``torch.save`` to a temporary file next to ``dst``, renamed into place; never a partial ``dst``."""
     directory = osp.dirname(osp.abspath(dst))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix='.' + osp.basename(dst) + '.', suffix='.partial', dir=directory)

@@ -1,6 +1,4 @@
-"""Fine-tuning transfer as the paper does it (section 3.2): keep the pre-trained backbone, remove the
-pre-training head (and its ``pre_logits`` hidden layer unless asked to keep it) and attach a
-zero-initialised linear head for the downstream classes."""
+"""Fine-tuning transfer as the paper does it: drop the pre-training head, attach a zero-initialised one."""
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -22,12 +20,10 @@ def finetune_transfer(state_dict: Dict[str, torch.Tensor],
         keep_pre_logits (bool): Keep the ``pre_logits`` layer (the paper drops it). Defaults to False.
         backbone_prefix (str): Defaults to 'backbone.'.
         head_prefix (str): Defaults to 'head.layers.'.
-        report (ConversionReport, optional): Report to extend. Defaults to None (a new one).
+        report (ConversionReport, optional): Report to extend. Defaults to a new one.
 
     Returns:
-        tuple: (new state dict with ``head.layers.head.{weight,bias}`` zero of shape
-        (num_classes, in_features)/(num_classes,), the report). The model config then needs
-        ``VisionTransformerClsHead(num_classes=num_classes, hidden_dim=<pre-logits width if kept>)``.
+        tuple: (new state dict with a zero ``head.layers.head`` of ``num_classes`` rows, the report).
     """
     if num_classes <= 0:
         raise ConversionError(f'num_classes must be positive, got {num_classes}')

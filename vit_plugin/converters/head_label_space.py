@@ -1,5 +1,4 @@
-"""A whole-classifier state dict with its head put in another label space (e.g. the official
-ImageNet-21k head, Google's 21,843 classes, as timm's 21,841 fall11 classes, or back)."""
+"""A whole-classifier state dict with its head put in another label space (docs/checkpoints.md#label-spaces)."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -13,7 +12,7 @@ def parse_label_space_pair(text: str) -> Tuple[str, str]:
     """``'google21k:fall11'`` -> ``('google21k', 'fall11')``, as canonical names.
 
     Raises:
-        ConversionError: not two known label-space names around one ':'.
+        ConversionError: Not two known label-space names around one ':'.
     """
     parts = text.split(':')
     if len(parts) != 2 or not all(parts):
@@ -38,25 +37,21 @@ def convert_head_label_space(state_dict: Dict[str, torch.Tensor],
                              report: Optional[ConversionReport] = None):
     """Reorder the classifier of ``state_dict`` from label space ``src`` to ``dst``.
 
-    Row ``i`` of the new classifier is the ``src`` row of ``dst``'s class ``i``; a ``dst`` class that
-    ``src`` lacks gets a zero row (:func:`vit_plugin.models.heads.remap_head_rows`), a ``src`` class
-    that ``dst`` lacks is dropped. Everything else (``pre_logits`` included) is kept.
+    Missing classes get zero rows, extra ones are dropped; everything else is kept.
 
     Args:
-        state_dict (dict): Our whole-classifier layout (``head.layers.head.{weight,bias}``).
+        state_dict (dict): Our whole-classifier layout.
         src (str): The label space of the classifier's rows.
         dst (str): The label space to give them.
         head_prefix (str): Where the classifier sits. Defaults to 'head.layers.head.'.
-        classes (sequence of str, optional): The checkpoint's class names in ``src`` order, reordered
-            with the rows. Defaults to None.
-        report (ConversionReport, optional): Report to extend. Defaults to None (a new one).
+        classes (sequence of str, optional): Class names in ``src`` order, reordered with the rows.
+        report (ConversionReport, optional): Report to extend. Defaults to a new one.
 
     Returns:
         tuple: (new state dict, the report, the reordered class names or None).
 
     Raises:
-        ConversionError: no classifier under ``head_prefix``, or one with another row count than
-            ``src``'s.
+        ConversionError: No classifier under ``head_prefix``, or another row count than ``src``'s.
     """
     src, dst = canonical_name(src), canonical_name(dst)
     report = report or ConversionReport(source='state dict')

@@ -1,24 +1,7 @@
 """Official JAX/Flax ``.npz`` ViT checkpoints -> our state dicts.
 
-Understood layouts (all detected from the arrays, never from the file name):
-
-* key prefixes: none (the released files), ``opt/target/`` (flax.optim checkpoints) and ``params/``
-  (Linen / big_vision);
-* block names: pre-Linen (``LayerNorm_0``, ``MultiHeadDotProductAttention_1``, ``LayerNorm_2``,
-  ``MlpBlock_3``) and Linen (``LayerNorm_0``, ``MultiHeadDotProductAttention_0``, ``LayerNorm_1``,
-  ``MlpBlock_0``), one ``encoderblock_{i}`` per block or one scanned ``encoderblock`` with a leading
-  depth axis; the position embedding under ``Transformer/posembed_input/pos_embedding`` or (big_vision)
-  ``pos_embedding``;
-* class-token (``cls``) and gap models, with or without ``pre_logits``, with or without ``head``;
-* the R50 hybrids (``conv_root``, ``gn_root``, ``block{s}/unit{u}/...``), GroupNorm parameters stored
-  as (C,) or, before flax 0.3.6, as (1, 1, 1, C).
-
-Depth, width, heads, MLP width, patch size, token/gap, classes and ResNet stages are read from array
-shapes. The result uses our whole-classifier layout (``backbone.*`` = :class:`~vit_plugin.models.ViT`
-or ``HybridViT``, ``head.layers.{pre_logits,head}.*`` = mmpretrain's ``VisionTransformerClsHead``) and
-records ``pos_embed_grid``, ``pos_embed_resize_mode='official'`` (so loading at another resolution
-reproduces the official loader, ``scipy.ndimage.zoom(order=1)``) and ``gelu_approximate='tanh'`` (so
-the model that loads the weights runs Flax's GELU, the one they were trained with).
+Layouts are detected from the arrays (docs/checkpoints.md#official-npz-files-straight-from-a-config);
+the result records ``pos_embed_grid``, ``pos_embed_resize_mode='official'`` and ``gelu_approximate='tanh'``.
 """
 import zipfile
 import zlib
@@ -40,11 +23,11 @@ _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
 
 
 def read_npz(filename: str) -> Mapping[str, np.ndarray]:
-    """Open an ``.npz`` without unpickling (``allow_pickle=False``); arrays are read lazily.
+    """Open an ``.npz`` without unpickling; arrays are read lazily.
 
     Raises:
-        FileNotFoundError: no such file.
-        ConversionError: not a readable ``.npz`` (e.g. truncated), with the fix.
+        FileNotFoundError: No such file.
+        ConversionError: Not a readable ``.npz`` (e.g. truncated).
     """
     try:
         arrays = np.load(filename, allow_pickle=False)
@@ -59,11 +42,7 @@ def read_npz(filename: str) -> Mapping[str, np.ndarray]:
 
 
 class _Reader:
-    """Reads arrays under a prefix and records which keys were used and which were absent.
-
-    ``cache`` keeps arrays after reading: needed for scanned layouts, whose stacked arrays are sliced once
-    per block; otherwise every array is read once, and not caching halves the peak memory on big files.
-    """
+    """Reads arrays under a prefix, recording used and absent keys (``cache`` for scanned layouts)."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], prefix: str, source: str, cache: bool = True):
         self.arrays, self.prefix, self.source, self.cache = arrays, prefix, source, cache
@@ -108,15 +87,13 @@ def inspect_jax_vit(arrays: Mapping[str, np.ndarray], source: str = 'checkpoint'
 
     Args:
         arrays (Mapping[str, ndarray]): The archive (e.g. from :func:`read_npz`).
-        source (str): Name used in messages. Defaults to 'checkpoint'.
-        pos_embed_grid (tuple[int, int], optional): The patch grid of a non-square position
-            embedding (official files carry no grid metadata). Defaults to None (square inferred).
+        source (str): Name used in messages.
+        pos_embed_grid (tuple[int, int], optional): Grid of a non-square position embedding.
 
     Returns:
         dict: ``prefix``, ``naming``, ``scanned``, ``embed_dims``, ``num_layers``, ``num_heads``,
-        ``mlp_dims``, ``patch_size``, ``in_channels``, ``with_cls_token``, ``grid``, ``num_classes``
-        (None without head), ``pre_logits_dims`` (None without), ``hybrid_layers`` (None for plain
-        ViT), ``width_factor``, and ``model_cfg``: a backbone config for this checkpoint.
+        ``mlp_dims``, ``patch_size``, ``in_channels``, ``with_cls_token``, ``grid``, ``num_classes``,
+        ``pre_logits_dims``, ``hybrid_layers``, ``width_factor`` and ``model_cfg`` (a backbone config).
     """
     keys = list(arrays.files) if hasattr(arrays, 'files') else list(arrays.keys())
     prefix = next((p for p in PREFIXES if p + 'embedding/kernel' in keys), None)
@@ -283,18 +260,15 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
 
     Args:
         arrays (Mapping[str, ndarray]): The archive (e.g. from :func:`read_npz`).
-        source (str): Name used in messages and the report. Defaults to 'checkpoint'.
-        backbone_prefix (str): Prefix of backbone keys. Defaults to 'backbone.' (whole classifier);
-            '' gives a bare-backbone state dict.
-        head_prefix (str, optional): Prefix of the classification head (``pre_logits``/``head``
-            Linear layers). Defaults to 'head.layers.'; None drops the head (reported as dropped).
+        source (str): Name used in messages and the report.
+        backbone_prefix (str): Prefix of backbone keys. Defaults to 'backbone.'; '' for a bare one.
+        head_prefix (str, optional): Prefix of the head. Defaults to 'head.layers.'; None drops it.
         pos_embed_grid (tuple[int, int], optional): Grid of a non-square position embedding.
-            Defaults to None (square inferred).
         show_progress (bool): Progress bar on stderr. Defaults to False.
 
     Returns:
-        tuple: (state dict, :class:`ConversionReport`, info from :func:`inspect_jax_vit`). Unknown and
-        missing keys are only reported; call ``report.check()`` to make them errors.
+        tuple: (state dict, :class:`ConversionReport`, :func:`inspect_jax_vit` info). Unknown and
+        missing keys are only reported; ``report.check()`` makes them errors.
     """
     info = inspect_jax_vit(arrays, source, pos_embed_grid)
     r = _Reader(arrays, info['prefix'], source, cache=info['scanned'])
@@ -348,13 +322,10 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
 
 
 def load_official_npz(filename: str, map_location: Any = None) -> Dict[str, Any]:
-    """Checkpoint loader for ``.npz`` files, registered with :mod:`vit_plugin.checkpoint`.
+    """Checkpoint loader for ``.npz`` files: a checkpoint dict in the whole-classifier layout.
 
-    Returns a checkpoint dict in the whole-classifier layout (``backbone.*``, ``head.layers.*``), so
-    ``load_from='ViT-B_16.npz'`` loads a classifier directly and a backbone takes
-    ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B_16.npz', prefix='backbone.')`` (or the same
-    without ``prefix``: a bare backbone takes the ``backbone.`` part itself). Unknown or missing arrays
-    are an error (convert with tools/convert_checkpoint.py to override).
+    Raises:
+        ConversionError: Unknown or missing arrays (tools/convert_checkpoint.py can override).
     """
     arrays = read_npz(filename)
     try:

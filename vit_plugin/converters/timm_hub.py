@@ -1,11 +1,6 @@
 """timm's model repositories (``timm/vit_*`` on the Hugging Face hub) as whole classifiers of ours.
 
-A timm repository holds the ``state_dict`` of timm's ``VisionTransformer`` (whose backbone keys are ours,
-R50 hybrid included: ``patch_embed.backbone.*``) and a ``config.json`` naming its ``architecture``. Read
-as stored, such a file fits a bare backbone (``init_cfg``) but not a classifier: ``load_from`` or
-mmpretrain's ``get_model`` would match none of its keys and, loading non-strictly, keep the model random.
-:func:`adapt_timm_checkpoint`, a state-dict adapter of the safe loader, gives it our whole-classifier
-layout (``backbone.*``, ``head.layers.head.*``); a bare backbone still takes its ``backbone.`` part.
+See docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
 """
 import json
 import os.path as osp
@@ -29,11 +24,10 @@ def read_timm_config(path: str) -> Optional[Dict[str, Any]]:
 
 
 def adapt_timm_checkpoint(checkpoint: Any, weights: str, config_file: Optional[str]) -> Any:
-    """State-dict adapter of the safe loader: timm ViT weights next to timm's ``config.json`` become our
-    whole-classifier layout as they load, with the class names of the config's ``label_names`` if any.
+    """Safe-loader adapter: timm ViT weights beside timm's ``config.json`` become our whole classifier.
 
-    Only a file every key of which has a place in ours is converted; anything else (another layout, a
-    timm model with parts ours lacks, such as ``fc_norm`` or register tokens) is returned unchanged.
+    Class names from the config's ``label_names``. A file with any key ours has no place for is
+    returned unchanged.
     """
     if not config_file or not isinstance(checkpoint, dict):
         return checkpoint

@@ -1,14 +1,7 @@
 """timm and mmpretrain ViT state dicts <-> ours.
 
-Our backbone keys equal timm's ``VisionTransformer`` keys (plus the ``pos_embed_grid`` buffer; layer
-scale ``ls1/ls2``, ``norm_pre`` and the SwiGLU MLP of DINOv2-g included), so the timm conversions are
-mostly about the surroundings: timm's ``head`` becomes mmpretrain's ``VisionTransformerClsHead``
-(``head.layers.head``) in our whole-classifier layout, and everything our ViT does not have
-(register tokens, attention pooling ...) is reported as unknown instead of being silently dropped.
-So is timm's ``fc_norm``: it normalises whatever timm's ``global_pool`` pooled (class token or
-mean), which the state dict does not say. mmpretrain's ``VisionTransformer`` uses other names
-(``layers.i.ln1``, ``ffn.layers.0.0``, ``attn.gamma1``, ``ln2`` ...) for the same tensors in the same
-layout (see :mod:`vit_plugin.checkpoint.key_maps`).
+Our backbone keys are timm's; mmpretrain's names map through :mod:`vit_plugin.checkpoint.key_maps`.
+Anything ours does not have is reported as unknown. See docs/checkpoints.md#converting-files.
 """
 import math
 import re
@@ -47,14 +40,12 @@ def timm_to_vit(state_dict: Dict[str, torch.Tensor],
     """timm ``VisionTransformer`` state dict -> ours.
 
     Args:
-        state_dict (dict): timm weights (a ``DataParallel`` 'module.' prefix is removed).
-        backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'; '' gives a bare
-            backbone.
-        head_prefix (str, optional): Where timm's ``head`` goes. Defaults to 'head.layers.'
-            (``head.layers.head``); None drops it (reported).
-        pos_embed_grid (tuple[int, int], optional): Record the grid of a non-square position
-            embedding. Defaults to None.
-        source (str): Name used in the report. Defaults to 'timm state dict'.
+        state_dict (dict): timm weights (a 'module.' prefix is removed).
+        backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'; '' for a bare one.
+        head_prefix (str, optional): Where timm's ``head`` goes. Defaults to 'head.layers.'; None
+            drops it (reported).
+        pos_embed_grid (tuple[int, int], optional): Grid of a non-square position embedding.
+        source (str): Name used in the report.
 
     Returns:
         tuple: (our state dict, :class:`ConversionReport`).
@@ -81,12 +72,7 @@ def vit_to_timm(state_dict: Dict[str, torch.Tensor],
                 backbone_prefix: str = BACKBONE_PREFIX,
                 head_prefix: str = HEAD_PREFIX,
                 source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
-    """Our state dict (whole classifier or bare backbone) -> timm ``VisionTransformer`` keys.
-
-    ``pos_embed_grid`` and the records (resize mode, GELU) have no timm counterpart and are dropped
-    (reported); a ``pre_logits`` layer and ``fc_norm`` have none either and are reported as unknown,
-    because dropping them would change the model's outputs.
-    """
+    """Our state dict -> timm ``VisionTransformer`` keys; ``pre_logits`` and ``fc_norm`` are reported unknown."""
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, backbone_prefix)
     out = {}
@@ -114,12 +100,7 @@ def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
                       source: str = 'mmpretrain state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
     """mmpretrain ``VisionTransformer`` (bare, or inside an ``ImageClassifier``) -> ours.
 
-    Every weight of mmpretrain's ``VisionTransformer`` has a name here: ``pre_norm`` becomes
-    ``norm_pre``, the ``ln2`` of ``out_type='avg_featmap'`` ``fc_norm``, layer scale
-    (``attn.gamma1``, ``ffn.gamma2``) ``ls1``/``ls2.gamma``, and the SwiGLU MLP (``ffn.w12``,
-    ``ffn.w3``) ``mlp.fc1``/``fc2``. The head (``head.layers.*`` of ``VisionTransformerClsHead``) keeps
-    its keys, which our whole-classifier layout shares; ``head_prefix=None`` drops it. Anything else
-    is reported as unknown.
+    The head keeps its keys (``head_prefix=None`` drops it); anything else is reported unknown.
     """
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, 'backbone.')
@@ -156,28 +137,13 @@ def mmpretrain_mim_to_vit(state_dict: Dict[str, torch.Tensor],
                           pos_embed_grid: Optional[Sequence[int]] = None,
                           source: str = 'mmpretrain MIM state dict'
                           ) -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
-    """The encoder of mmpretrain's MAE (``MAEViT``) or MaskFeat (``MaskFeatViT``) -> our backbone.
-
-    Both encoders are mmpretrain ``VisionTransformer`` s (``patch_embed.projection``, ``layers.i.*``,
-    the final norm ``ln1``), so the tensors map as in :func:`mmpretrain_to_vit`; only the
-    pre-training parts around them differ:
-
-    * ``backbone.mask_token`` (MaskFeat's embedding of a masked patch) is dropped: a fine-tuned or
-      probed model never sees masked inputs.
-    * ``neck.*`` (MAE's decoder, MaskFeat's linear projection to HOG), ``head.*`` and
-      ``target_generator.*`` are dropped.
-    * MAE's position embedding is a fixed 2D sin-cos table (``requires_grad=False`` during
-      pre-training, zero for the class token). It becomes our learnable ``pos_embed``, initialised to
-      that table (a note in the report says so); outputs are unchanged.
-
-    The patch grid is recorded (``pos_embed_grid``); it is inferred when the table is square.
+    """The encoder of mmpretrain's MAE or MaskFeat -> our backbone; pre-training parts are dropped.
 
     Args:
-        state_dict (dict): A whole self-supervised model (``backbone.*``, ``neck.*`` ...) or a bare
-            encoder (a 'module.' prefix is removed).
+        state_dict (dict): A whole self-supervised model or a bare encoder ('module.' removed).
         backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'.
-        pos_embed_grid (tuple[int, int], optional): Grid of a non-square table. Defaults to None.
-        source (str): Name used in the report. Defaults to 'mmpretrain MIM state dict'.
+        pos_embed_grid (tuple[int, int], optional): Grid of a non-square table.
+        source (str): Name used in the report.
 
     Returns:
         tuple: (our backbone state dict, :class:`ConversionReport`).
@@ -209,9 +175,7 @@ def mmpretrain_mim_to_vit(state_dict: Dict[str, torch.Tensor],
 def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
                       backbone_prefix: str = BACKBONE_PREFIX,
                       source: str = 'vit_plugin state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
-    """Our state dict -> mmpretrain ``VisionTransformer`` keys (under 'backbone.' when ours had a head
-    or a 'backbone.' prefix; ``head.layers.*`` unchanged). The inverse of :func:`mmpretrain_to_vit`;
-    blocks with a SwiGLU MLP (told by its shapes) get ``SwiGLUFFNFused``'s names."""
+    """Our state dict -> mmpretrain ``VisionTransformer`` keys; the inverse of :func:`mmpretrain_to_vit`."""
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, backbone_prefix)
     swiglu = swiglu_blocks(inner)
@@ -238,8 +202,7 @@ def vit_to_mmpretrain(state_dict: Dict[str, torch.Tensor],
 
 
 def detect_torch_format(state_dict: Dict[str, torch.Tensor]) -> str:
-    """'vit_plugin', 'timm', 'mmpretrain' or 'mmpretrain_mim' (an MAE / MaskFeat training checkpoint)
-    from the key names (raises ValueError if none fits)."""
+    """'vit_plugin', 'timm', 'mmpretrain' or 'mmpretrain_mim' from the key names; ValueError if none fits."""
     keys: List[str] = [k[len('module.'):] if k.startswith('module.') else k for k in state_dict]
     bare = [k[len('backbone.'):] if k.startswith('backbone.') else k for k in keys]
     if any(re.match(r'layers\.\d+\.ln1\.', k) for k in bare) or 'patch_embed.projection.weight' in bare:

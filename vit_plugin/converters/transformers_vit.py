@@ -1,29 +1,7 @@
 """``transformers``' ViT (``ViTModel``, ``ViTForImageClassification``) state dicts and configs <-> ours.
 
-The ``google/vit-*`` repositories of the Hugging Face hub hold the paper's weights in this layout,
-with a ``config.json`` that fixes what the tensors cannot say: the number of heads, the LayerNorm
-epsilon (``layer_norm_eps``, 1e-12 by default where the official model has 1e-6), the MLP activation
-(``hidden_act``) and the class names (``id2label``).
-
-The mapping, per block ``i`` (keys of ``ViTForImageClassification`` carry a ``vit.`` prefix):
-
-=========================================================  =====================================
-transformers                                               ours
-=========================================================  =====================================
-``embeddings.cls_token`` / ``position_embeddings``         ``backbone.cls_token`` / ``pos_embed``
-``embeddings.patch_embeddings.projection``                 ``backbone.patch_embed.proj``
-``encoder.layer.i.attention.attention.{query,key,value}``  ``backbone.blocks.i.attn.qkv`` (fused)
-``encoder.layer.i.attention.output.dense``                 ``backbone.blocks.i.attn.proj``
-``encoder.layer.i.layernorm_before`` / ``_after``          ``backbone.blocks.i.norm1`` / ``norm2``
-``encoder.layer.i.intermediate.dense`` / ``output.dense``  ``backbone.blocks.i.mlp.fc1`` / ``fc2``
-``layernorm``                                              ``backbone.norm``
-``pooler.dense`` (+ tanh)                                  ``head.layers.pre_logits`` (+ tanh)
-``classifier``                                             ``head.layers.head``
-=========================================================  =====================================
-
-The config's epsilon and activation travel with the converted weights as records
-(:data:`~vit_plugin.checkpoint.records.NORM_EPS_KEY`, :data:`~vit_plugin.checkpoint.records.GELU_KEY`),
-which the backbone applies when it loads them, with a warning where they differ from its own.
+The config's LayerNorm eps and activation travel with the converted weights as records. Key
+mapping: docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
 """
 import json
 import math
@@ -87,18 +65,16 @@ def transformers_to_vit(state_dict: Dict[str, torch.Tensor],
 
     Args:
         state_dict (dict): transformers weights, with or without the ``vit.`` prefix.
-        config (dict, optional): The repository's ``config.json``. With it, the LayerNorm epsilon and
-            the GELU are recorded with the weights and the class names returned; without it, they
-            are unknown (the returned info says so) and nothing is recorded.
+        config (dict, optional): The ``config.json``; without it eps, GELU and classes are unknown
+            and nothing is recorded.
         backbone_prefix (str): Prefix of our backbone keys. Defaults to 'backbone.'.
-        head_prefix (str, optional): Prefix of the head (``pre_logits``, ``head``). Defaults to
-            'head.layers.'; None drops the pooler and classifier (reported).
-        source (str): Name used in the report and errors. Defaults to 'transformers state dict'.
+        head_prefix (str, optional): Prefix of the head. Defaults to 'head.layers.'; None drops the
+            pooler and classifier (reported).
+        source (str): Name used in the report and errors.
 
     Returns:
-        tuple: (our state dict, :class:`ConversionReport`, info: ``model_cfg`` (backbone keywords for
-        these weights, when ``config`` is given), ``classes`` (list or None), ``norm_eps`` and
-        ``gelu_approximate`` (None when unknown)).
+        tuple: (our state dict, :class:`ConversionReport`, info dict: ``model_cfg`` (with ``config``),
+        ``classes``, ``norm_eps``, ``gelu_approximate`` (None when unknown)).
     """
     report = ConversionReport(source=source)
     sd = {k[len('vit.'):] if k.startswith('vit.') else k: v for k, v in state_dict.items()}
@@ -199,24 +175,18 @@ def vit_to_transformers(state_dict: Dict[str, torch.Tensor],
                         ) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any], ConversionReport]:
     """Our state dict -> a ``transformers`` ViT state dict and its ``config.json``.
 
-    A classification head gives ``ViTForImageClassification`` (``vit.`` keys, ``classifier``); without
-    one, ``ViTModel`` (with the pooler when there is a ``pre_logits`` layer). A head on top of a
-    ``pre_logits`` layer has no place in ``transformers`` (its classifier reads the class token
-    directly): the head is dropped, reported, and the pre-logits layer becomes the pooler, as in
-    the ``google/vit-*-in21k`` repositories. Weights ``transformers``' ViT has no place for (layer
-    scale, ``norm_pre``, ``fc_norm``, relative positions, a model without class token) are unknown
-    keys of the report.
+    With a head: ``ViTForImageClassification``; else ``ViTModel`` (pooler from ``pre_logits``). A head
+    above ``pre_logits`` is dropped; weights transformers has no place for are unknown keys.
 
     Args:
         state_dict (dict): Ours (whole classifier or bare backbone).
         num_heads (int): Attention heads (the weights do not say).
-        classes (Sequence[str], optional): Class names for ``id2label``. Defaults to None.
+        classes (Sequence[str], optional): Class names for ``id2label``.
         backbone_prefix (str): Defaults to 'backbone.'.
         head_prefix (str): Defaults to 'head.layers.'.
-        norm_eps (float, optional): LayerNorm epsilon for the config. Defaults to None: the recorded
-            one, else 1e-6 (our models' default).
-        gelu_approximate (str, optional): Defaults to None: the recorded GELU, else 'none'.
-        source (str): Name used in the report. Defaults to 'vit_plugin state dict'.
+        norm_eps (float, optional): LayerNorm eps; None: the recorded one, else 1e-6.
+        gelu_approximate (str, optional): None: the recorded GELU, else 'none'.
+        source (str): Name used in the report.
 
     Returns:
         tuple: (transformers state dict, config dict, :class:`ConversionReport`).
@@ -301,15 +271,13 @@ def _in_checkpoint(checkpoint) -> Dict[str, torch.Tensor]:
 
 
 def adapt_transformers_checkpoint(checkpoint: Any, weights: str, config_file: Optional[str]) -> Any:
-    """State-dict adapter of the safe loader: a ``transformers`` ViT checkpoint becomes ours as it loads.
+    """Safe-loader adapter: a ``transformers`` ViT checkpoint becomes ours as it loads.
 
-    The ``config.json`` next to the weights fixes the epsilon, the GELU (recorded with the weights)
-    and the class names (``meta['dataset_meta']``, which ``tools/infer.py`` prints). Without it,
-    both stay the model's own and a warning says so. Other checkpoints are returned unchanged.
+    The ``config.json`` beside the weights gives eps, GELU and class names (``meta['dataset_meta']``);
+    without it a warning says they stay the model's. Other checkpoints are returned unchanged.
 
     Raises:
-        ConversionError: weights ``transformers``' ViT layout has but ours cannot hold (e.g. a
-            masked-image-modelling decoder), or missing ones.
+        ConversionError: Weights ours cannot hold, or missing ones.
     """
     state_dict = _in_checkpoint(checkpoint)
     if not is_transformers_vit(state_dict):

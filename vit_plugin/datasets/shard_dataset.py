@@ -13,13 +13,11 @@ sample is loaded), served from the index (:class:`~vit_plugin.datasets.indexed.I
 ``vit_plugin.BlockShuffleSampler``, which keeps reads near-sequential within a shard, sees every sample
 once per epoch and resumes at once. docs/data.md has the formats, configs and label spaces.
 """
-import os
 from typing import Optional, Sequence, Union
 
 import numpy as np
 from mmcv.transforms import LoadImageFromFile as MMCVLoadImageFromFile
 from mmengine.dataset.base_dataset import force_full_init
-from mmengine.dist import barrier, get_world_size, is_distributed
 from mmpretrain.datasets import BaseDataset
 
 from vit_plugin import label_spaces
@@ -68,6 +66,12 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         index_file (str, optional): Where the index lives; default beside local writable shards, else
             under ``~/.cache/vit_plugin/shard_index``.
         index_workers (int, optional): Processes that build the index; default every core.
+        index_wait_s (float, optional): The longest wait of a process for another one's index build (one
+            process builds, found by a lock file beside the index; the others poll for the file, with no
+            collective and so no process group's timeout). Defaults to 86400; None: no limit. Build it
+            ahead with ``tools/build_index.py CONFIG`` (docs/data.md#the-index).
+        duplicate_keys (str): Rows that share a sample key (a shard copied twice): ``'warn'`` with a count
+            and the first examples, or ``'error'``. Defaults to 'warn'.
         reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader` settings for
             remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``,
             ``retry_timeout``: the seconds one request waits out an outage, 600 by default; the index
@@ -81,7 +85,8 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
                  num_classes: Optional[int] = None, index_file: Optional[str] = None,
                  index_workers: Optional[int] = None, reader: Optional[dict] = None, pipeline=(),
                  test_mode: bool = False, indices=None, lazy_init: bool = False,
-                 metainfo: Optional[dict] = None, max_refetch: int = 1000):
+                 metainfo: Optional[dict] = None, max_refetch: int = 1000,
+                 index_wait_s: Optional[float] = 86400.0, duplicate_keys: str = 'warn'):
         label = dict(label or {})
         source = label.pop('source', 'synset' if layout == 'tar_of_tars' else 'cls')
         json_key = label.pop('key', 'label')
@@ -97,6 +102,7 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         self.rule = LabelRule(source, json_key, _listed_synsets(self.label_space) if source == 'synset' else None)
         self.num_classes = num_classes
         self.index_file, self.index_workers = index_file, index_workers
+        self.index_wait_s, self.duplicate_keys = index_wait_s, duplicate_keys
         self.reader = ShardReader(**(reader or {}))
         self._labels = None  # the labels after target_label_space
         super().__init__(ann_file='', metainfo=metainfo, data_root='', pipeline=pipeline, test_mode=test_mode,
@@ -107,12 +113,8 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         retry = self.reader.retry
         shard_list = resolve_shards(self.shard_root, self.shards, self.split, retry=retry)
         open_args = dict(layout=self.layout, rule=self.rule, index_path=self.index_file, split=self.split,
-                         workers=self.index_workers, retry=retry)
-        # One process per node builds (the others would repeat its work), the others then open it.
-        if is_distributed() and get_world_size() > 1:
-            if int(os.environ.get('LOCAL_RANK', '0')) == 0:
-                TarShardIndex.open(shard_list, **open_args)
-            barrier()
+                         workers=self.index_workers, retry=retry, keep_in=self.reader, wait_s=self.index_wait_s,
+                         duplicate_keys=self.duplicate_keys)
         index = TarShardIndex.open(shard_list, **open_args)
         if self.label_space and self.rule.source == 'synset' and self.rule.synsets is None:
             # winter21: the space is the sorted synsets of the data (checked to be 19,167 of them)
@@ -155,6 +157,15 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         labels = self._labels
         return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
 
+    @force_full_init
+    def data_fingerprint(self) -> dict:
+        """What identifies the data (``vit_plugin.DataIdentityHook`` keeps it in checkpoints): the sample
+        count and, per shard, ``[name, bytes, samples]``."""
+        index = self._index
+        counts = np.diff(index.shard_starts).tolist()  # shard_starts ends with the row count
+        return {'samples': len(self), 'shards': [[name, int(found['size']), int(count)] for name, found, count
+                                                 in zip(index.shard_names, index.fingerprints, counts)]}
+
     def prepare_data(self, idx: int):
         """The record of sample ``idx`` with its image's bytes (``img_bytes``), through the pipeline."""
         row = self.row_of(idx)
@@ -171,6 +182,12 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
             return self.pipeline(record)
         except ImageDecodeError as err:  # the advice for a sample of a shard, not for a file
             raise err.for_source('shard' if self.layout == 'webdataset' else 'tar_of_tars') from None
+
+    @property
+    @force_full_init
+    def index_path(self) -> str:
+        """The index file this dataset reads (built, or waited for, when it opened)."""
+        return self._index.path
 
     def extra_repr(self):
         return [f'Shards: {self.shard_root} ({self.layout})', f'Labels: {self.rule.source}'

@@ -17,7 +17,8 @@ through these functions; docs/data.md#remote-shards tells the story (the cache, 
   store gives remotely (ETag, Last-Modified, an LFS sha256 or git blob id on the hub). The same hub
   file gives the same fingerprint from the hub and from the cache.
 * **Scans.** :func:`open_for_scan` returns a seekable binary file for :mod:`tarfile` to walk the headers:
-  remotely with a large read-ahead block, so a 1 GB shard costs about ``size / block_bytes`` requests.
+  remotely with a large read-ahead block, so a 1 GB shard costs about ``size / block_bytes`` requests;
+  or through a :class:`ShardReader`'s chunk cache (``keep_in``), whose chunks then serve the first reads.
 * **Random access.** :class:`ShardReader` reads ``(url, offset, length)`` ranges, as dataloader
   workers do: local files with ``os.pread`` on a few open descriptors; remote files through a chunk
   cache on the local disk (aligned chunks of ``chunk_bytes``, one request each; a bounded folder with
@@ -746,12 +747,16 @@ def read_small_file(url: str, retry: Optional[RetryPolicy] = None) -> Optional[b
         return None
 
 
-def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES, retry: Optional[RetryPolicy] = None):
+def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES, retry: Optional[RetryPolicy] = None,
+                  keep_in: Optional['ShardReader'] = None, version: Optional[dict] = None):
     """A seekable binary file over the shard at ``url``, for :mod:`tarfile` to read its headers in order.
 
     Local (and cached hf://) files are opened plainly. A remote file is read in byte ranges of at least
     ``block_bytes`` from the position read (a read-ahead block: forward seeks inside it cost nothing), so a
-    scan costs about ``size / block_bytes`` requests, each retried as ``retry`` says.
+    scan costs about ``size / block_bytes`` requests, each retried as ``retry`` says. With ``keep_in`` (a
+    :class:`ShardReader`) a remote file is read through that reader's chunk cache instead, one request
+    per chunk, and the chunks stay there for the reads that follow (the first epoch after an index
+    build); ``version`` is the shard's fingerprint, which names its chunks (default: asked for).
 
     Raises:
         ShardReadError: the file does not exist or cannot be opened.
@@ -770,6 +775,8 @@ def open_for_scan(url: str, block_bytes: int = DEFAULT_SCAN_BLOCK_BYTES, retry: 
                                  ) from None
         except OSError as err:
             raise ShardReadError(url, f'{err.strerror}.') from None
+    if keep_in is not None:
+        return _CachedScanFile(keep_in, url, version or fingerprint(url, keep_in.retry))
     return _RangeFile(url, int(fingerprint(url, retry)['size']), block_bytes, retry)
 
 
@@ -813,6 +820,27 @@ class _RangeFile(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
+
+
+class _CachedScanFile(_RangeFile):
+    """A :class:`_RangeFile` whose ranges are the chunks of a :class:`ShardReader` (its cache keeps them)."""
+
+    def __init__(self, reader: 'ShardReader', url: str, version: dict):
+        super().__init__(url, int(version['size']), reader.chunk_bytes, reader.retry)
+        self.reader, self.version = reader, version
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self._pos + n)
+        out = []
+        while self._pos < end:
+            if not self._start <= self._pos < self._start + len(self._data):
+                self._start = self._pos - self._pos % self.block_bytes
+                self._data = self.reader.read(self.url, self._start, min(self.block_bytes, self.size - self._start),
+                                              fingerprint=self.version)
+            piece = self._data[self._pos - self._start:end - self._start]
+            out.append(piece)
+            self._pos += len(piece)
+        return b''.join(out)
 
 
 # Random access ---------------------------------------------------------------------------------------------
@@ -1166,6 +1194,11 @@ class ShardReader:
                 total = _evict(root, int(self.cache_bytes * _EVICT_TO), keep)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(total).encode(), 0)
+
+    def scan_room(self) -> int:
+        """The bytes an index build may keep in the cache (what eviction frees down to): the shards that
+        fit are scanned through it (:func:`open_for_scan`'s ``keep_in``), the others past it."""
+        return int(self.cache_bytes * _EVICT_TO)
 
     def cache_usage(self) -> int:
         """The bytes of the chunk files in the cache folder now (a full scan)."""

@@ -11,12 +11,15 @@ This loop does the same on both stacks: its iterator (:class:`ResumableDataloade
 at the first batch, after the checkpoint is loaded, and a resume moves the sampler to its position
 (:func:`skip_in_sampler`: ``vit_plugin.BlockShuffleSampler`` and mmengine's ``InfiniteSampler``, on
 both stacks) so that no skipped batch is loaded, by any worker. A sampler that cannot skip is stepped through batch by batch, with a
-warning. Everything else is mmengine's loop. docs/data.md#resume has the measurements.
+warning. A sample that cannot be read or decoded stops the run with the checkpoint of the last completed
+iteration and exit status 65 (:mod:`~vit_plugin.engine.data_faults`). Everything else is mmengine's loop.
+docs/data.md#resume has the measurements.
 """
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
+from mmengine.dist import barrier, get_world_size
 from mmengine.logging import print_log
 from mmengine.runner.base_loop import BaseLoop
 from mmengine.runner.loops import IterBasedTrainLoop as MMEngineIterBasedTrainLoop
@@ -25,6 +28,10 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.registry import LOOPS
+
+from .checkpointing import read_last_checkpoint
+from .data_faults import DATA_FAULTS, TrainingDataFault, agree_on_data_fault, data_fault_message
+from .preemption import save_iteration_checkpoint
 
 
 def skip_in_sampler(dataloader, num_samples: int) -> bool:
@@ -119,17 +126,22 @@ class ResumableDataloaderIterator:
 
 @LOOPS.register_module()
 class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
-    """mmengine's ``IterBasedTrainLoop`` whose resume skips in the sampler (see the module docstring).
+    """mmengine's ``IterBasedTrainLoop`` whose resume skips in the sampler (see the module docstring), and
+    which stops on a data fault with the checkpoint of the last completed iteration.
 
     Args:
         runner, dataloader, max_iters, val_begin, val_interval, dynamic_intervals: As mmengine's.
         fast_forward_on_resume (bool): As onedl-mmengine's: True continues with the sampler where it
             starts (the skipped data is drawn again later, in another order). Defaults to False.
+        checkpoint_on_data_fault (bool): A sample that cannot be read or decoded stops the run after
+            saving the checkpoint of the last completed iteration, with exit status 65
+            (:mod:`~vit_plugin.engine.data_faults`; a multi-process run all-reduces one flag per
+            iteration). False: the error propagates as raised. Defaults to True.
     """
 
     def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_iters: int, val_begin: int = 1,
                  val_interval: int = 1000, dynamic_intervals: Optional[List[Tuple[int, int]]] = None,
-                 fast_forward_on_resume: bool = False) -> None:
+                 fast_forward_on_resume: bool = False, checkpoint_on_data_fault: bool = True) -> None:
         # mmengine's own __init__ would make the data iterator now (workers prefetching from the start);
         # the rest of it is repeated here.
         BaseLoop.__init__(self, runner, dataloader)
@@ -142,6 +154,8 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
         self.val_begin = val_begin
         self.val_interval = val_interval
         self.fast_forward_on_resume = fast_forward_on_resume
+        self.checkpoint_on_data_fault = checkpoint_on_data_fault
+        self.data_fault: Optional[str] = None  # the message of the fault that stopped the run
         self.stop_training = False  # EarlyStoppingHook sets it
         self.runner.visualizer.dataset_meta = getattr(self.dataloader.dataset, 'metainfo', None)
         keep_global_random_stream(self.dataloader)
@@ -157,9 +171,12 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
             if self.dataloader_iterator.skip_iter(self._iter):
                 print_log(f'Resuming at iteration {self._iter}: the sampler skips {self._iter} batches '
                           f'(nothing is loaded).', logger='current')
+        started_at = self._iter
         while self._iter < self._max_iters and not self.stop_training:
             self.runner.model.train()
-            data_batch = next(self.dataloader_iterator)
+            data_batch = self._next_batch(started_at)
+            if self.data_fault is not None:
+                break
             self.run_iter(data_batch)
             self._decide_current_val_interval()
             if (self.runner.val_loop is not None and self._iter >= self.val_begin
@@ -167,7 +184,38 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
                 self.runner.val_loop.run()
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
+        if self.data_fault is not None:
+            if get_world_size() > 1:
+                barrier()  # no process leaves (and has its launcher stop the others) before all are done
+            raise TrainingDataFault(self.data_fault)
         return self.runner.model
+
+    def _next_batch(self, started_at: int):
+        """The next batch; on a data fault of any process, the checkpoint of the last completed iteration
+        is saved and :attr:`data_fault` set (every process, at the same iteration)."""
+        if not self.checkpoint_on_data_fault:
+            return next(self.dataloader_iterator)
+        try:
+            data_batch, fault = next(self.dataloader_iterator), None
+        except DATA_FAULTS as err:
+            data_batch, fault = None, err
+        found = agree_on_data_fault(fault)
+        if found is None:
+            return data_batch
+        completed, checkpoint = self._iter, None
+        if completed > started_at:
+            self._iter = completed - 1  # saved as the checkpoint hook saves at the end of that iteration
+            try:
+                checkpoint = save_iteration_checkpoint(self.runner)
+            finally:
+                self._iter = completed
+        elif completed:  # nothing trained since the checkpoint this run resumed from
+            checkpoint = read_last_checkpoint(self.runner.work_dir)
+        self.data_fault = data_fault_message(found[1], found[0], get_world_size(), completed, checkpoint,
+                                             self.runner.work_dir)
+        self.runner.logger.warning(self.data_fault)
+        self.stop_training = True
+        return None
 
 
 __all__ = ['IterBasedTrainLoop', 'ResumableDataloaderIterator', 'keep_global_random_stream', 'skip_in_sampler']

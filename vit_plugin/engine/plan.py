@@ -5,6 +5,8 @@ anything is built.
 device kind, the launcher) and returns a :class:`RunPlan`; it builds no model and loads no data. The
 plan holds, in the order of its steps (each switched by a config key, defaults in brackets):
 
+* ``vis_backends``: a check that the package of each visualization backend the config names
+  (``visualizer.vis_backends``, ``--vis``) is installed (:mod:`~vit_plugin.engine.vis_backends`);
 * ``global_batch`` [``global_batch_size``, None: off]: gradient accumulation and the iteration counts
   rescaled for the number of processes (:mod:`~vit_plugin.engine.global_batch`), and the record
   ``run_plan`` that makes planning the result again change nothing;
@@ -19,8 +21,9 @@ plan holds, in the order of its steps (each switched by a config key, defaults i
 * ``process_group`` [``device_defaults``]: on hosts without GPUs, multi-process runs over Gloo (the
   process group joined when the run starts: mmengine's own set-up insists on CUDA); on GPU hosts, no
   more processes per node than GPUs;
-* ``preemption`` and ``resume`` [``preemption``, True]: ``vit_plugin.PreemptionHook`` and atomic
-  checkpoints (:func:`~vit_plugin.engine.preemption.use_preemption_safe_hooks`), and ``resume=True``
+* ``preemption`` and ``resume`` [``preemption``, True]: ``vit_plugin.PreemptionHook``,
+  ``vit_plugin.DataIdentityHook`` and atomic checkpoints
+  (:func:`~vit_plugin.engine.preemption.use_preemption_safe_hooks`), and ``resume=True``
   without ``load_from`` resumed from the newest *intact* checkpoint of the work dir;
 * ``input_norm_check`` [``input_norm_check``, True]: ``vit_plugin.InputNormCheckHook``;
 * ``sharded_ema``: under the FSDP2 strategy an ``EMAHook`` becomes ``vit_plugin.ShardedEMAHook``.
@@ -45,6 +48,7 @@ from .global_batch import RECORD_KEY, plan_global_batch, recorded_plan, world_si
 from .hooks import use_input_norm_check
 from .optimizers import guarded_optim_wrapper_cfg
 from .preemption import use_preemption_safe_hooks
+from .vis_backends import backend_types, check_vis_backends
 
 
 class RunSetupError(ValueError):
@@ -58,8 +62,8 @@ DISTRIBUTED_LAUNCHERS = ('pytorch', 'slurm', 'mpi')
 #: The runner types that apply the plan when they are built.
 VIT_PLUGIN_RUNNERS = ('vit_plugin.Runner', 'vit_plugin.FlexibleRunner')
 #: The steps of a plan, in order.
-STEPS = ('global_batch', 'nonfinite_guard', 'conversion', 'device_defaults', 'process_group', 'preemption', 'resume',
-         'input_norm_check', 'sharded_ema')
+STEPS = ('vis_backends', 'global_batch', 'nonfinite_guard', 'conversion', 'device_defaults', 'process_group',
+         'preemption', 'resume', 'input_norm_check', 'sharded_ema')
 _FROM_ENV = object()
 
 
@@ -237,7 +241,9 @@ def plan_run(cfg, env: RunEnv, conversion=None, steps: Optional[Sequence[str]] =
     try:
         for step in wanted:
             edits.step = conversion.name if step == 'conversion' else step.replace('_', ' ')
-            if step == 'global_batch':
+            if step == 'vis_backends':
+                _plan_vis_backends(edits, notes.append)
+            elif step == 'global_batch':
                 plan_global_batch(edits, env.world_size, notes.append)
             elif step == 'nonfinite_guard':
                 _plan_nonfinite_guard(edits)
@@ -334,6 +340,16 @@ def _plan_resume(edits: ConfigEdits, log: Callable[[str], None]) -> Optional[str
     edits.set('resume', found is not None)
     edits.set('load_from', found)
     return found
+
+
+def _plan_vis_backends(edits: ConfigEdits, log: Callable[[str], None]) -> None:
+    """Stop, naming the package and its install command, before anything is built when a backend of
+    ``visualizer.vis_backends`` misses its package; the config is not changed."""
+    visualizer = plain(edits.get('visualizer'))
+    check_vis_backends(visualizer)
+    dashboards = [kind for kind in backend_types(visualizer) if kind != 'LocalVisBackend']
+    if dashboards:
+        log(f'vis backends: {", ".join(dashboards)} (written by rank 0; docs/monitoring.md)')
 
 
 def _plan_nonfinite_guard(edits: ConfigEdits) -> None:

@@ -11,6 +11,7 @@ from mmengine.runner import IterBasedTrainLoop
 
 from vit_plugin.compat import mmengine as mmengine_compat
 from vit_plugin.engine.checkpointing import write_last_checkpoint
+from vit_plugin.engine.data_identity import use_data_identity_hook
 from vit_plugin.registry import HOOKS
 from vit_plugin.runtime import (SignalHandlers, WorkerShield, in_main_thread, is_signal_name, signal_name,
                                 signal_number)
@@ -192,22 +193,7 @@ class PreemptionHook(Hook):
             checkpoint.setdefault('meta', {})[PENDING_VALIDATION] = self._skip_validation_at
 
     def _save(self, runner) -> None:
-        hooks = [h for h in runner.hooks if isinstance(h, CheckpointHook)]
-        if not hooks:
-            runner.logger.warning('No CheckpointHook in this run: stopping without a checkpoint.')
-            return
-        hook = hooks[0]
-        if hook.by_epoch:  # its file names and rotation count epochs; this checkpoint is an iteration's
-            filename = f'iter_{self.stopped_at}.pth'
-            runner.save_checkpoint(hook.out_dir, filename, save_optimizer=hook.save_optimizer,
-                                   save_param_scheduler=hook.save_param_scheduler, by_epoch=False,
-                                   backend_args=hook.backend_args)
-            if is_main_process():
-                write_last_checkpoint(runner.work_dir, hook.file_backend.join_path(hook.out_dir, filename))
-            return
-        if _checkpoint_hook_saves_now(hook, runner):
-            return  # the checkpoint hook, next in line, saves this very iteration
-        mmengine_compat.save_checkpoint_as_configured(hook, runner)  # rotation (max_keep_ckpts) and last_checkpoint as usual
+        save_iteration_checkpoint(runner)
 
     def after_run(self, runner) -> None:
         self._restore()
@@ -223,6 +209,32 @@ class PreemptionHook(Hook):
         raise TrainingPreempted(message)
 
 
+def save_iteration_checkpoint(runner) -> Optional[str]:
+    """Save the checkpoint of iteration ``runner.iter + 1`` as the run's checkpoint hook does at the end of
+    that iteration (its file names, rotation and ``last_checkpoint``; atomic with
+    :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook`), unless the hook saves that iteration
+    itself. Every process calls it (a sharded checkpoint is written by all). Returns the checkpoint's
+    path, or None without a ``CheckpointHook`` (with a warning)."""
+    hooks = [h for h in runner.hooks if isinstance(h, CheckpointHook)]
+    if not hooks:
+        runner.logger.warning('No CheckpointHook in this run: stopping without a checkpoint.')
+        return None
+    hook, iteration = hooks[0], runner.iter + 1
+    out_dir = hook.out_dir or runner.work_dir
+    if hook.by_epoch:  # its file names and rotation count epochs; this checkpoint is an iteration's
+        filename = f'iter_{iteration}.pth'
+        runner.save_checkpoint(out_dir, filename, save_optimizer=hook.save_optimizer,
+                               save_param_scheduler=hook.save_param_scheduler, by_epoch=False,
+                               backend_args=hook.backend_args)
+        path = hook.file_backend.join_path(out_dir, filename)
+        if is_main_process():
+            write_last_checkpoint(runner.work_dir, path)
+        return path
+    if not _checkpoint_hook_saves_now(hook, runner):  # else the checkpoint hook saves this very iteration
+        mmengine_compat.save_checkpoint_as_configured(hook, runner)  # rotation (max_keep_ckpts), last_checkpoint
+    return hook.file_backend.join_path(out_dir, hook.filename_tmpl.format(iteration))
+
+
 #: Type names that build mmengine's own CheckpointHook (whatever the config's default scope).
 _PLAIN_CHECKPOINT_HOOKS = {'CheckpointHook', 'mmengine.CheckpointHook', 'mmpretrain.CheckpointHook',
                            'mmdet.CheckpointHook'}
@@ -234,7 +246,9 @@ def use_preemption_safe_hooks(cfg) -> None:
     A config whose ``default_hooks.checkpoint`` is mmengine's plain ``CheckpointHook`` (e.g. one based on
     mmdet's or mmpretrain's default runtime) gets ``vit_plugin.AtomicCheckpointHook`` with the same
     arguments, and a ``default_hooks.preemption`` entry (``vit_plugin.PreemptionHook``) is added
-    unless the config has one; ``default_hooks.preemption=None`` switches the handling off.
+    unless the config has one; ``default_hooks.preemption=None`` switches the handling off. A
+    ``default_hooks.data_identity`` entry (``vit_plugin.DataIdentityHook``: ``--resume`` onto changed data
+    refuses) is added the same way (:func:`~vit_plugin.engine.data_identity.use_data_identity_hook`).
     """
     hooks = cfg.get('default_hooks')
     if hooks is None:
@@ -244,6 +258,7 @@ def use_preemption_safe_hooks(cfg) -> None:
         checkpoint['type'] = 'vit_plugin.AtomicCheckpointHook'
     if 'preemption' not in hooks:
         hooks['preemption'] = dict(type='vit_plugin.PreemptionHook')
+    use_data_identity_hook(cfg)
 
 
 def release_signals(runner) -> None:

@@ -1,8 +1,4 @@
-"""Frozen feature extraction for the few-shot evaluation, from any mmengine model.
-
-Works with mmpretrain classifiers (``extract_feat(inputs, stage=...)``), self-supervised models
-(``extract_feat(inputs)``) and bare backbones, on whatever device the model lives.
-"""
+"""Frozen feature extraction for the few-shot evaluation, from any mmengine model."""
 import inspect
 from typing import Iterable, Iterator, List, Optional
 
@@ -22,9 +18,8 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 def pool_features(output, token_pool: str = 'cls') -> torch.Tensor:
     """Reduce a model output to one vector per image, (B, D).
 
-    Tuples (one entry per out index/stage) give their last entry; feature maps (B, D, h, w) are
-    averaged over space; token sequences (B, N, D) give the first (class) token with
-    ``token_pool='cls'`` or the token mean with ``'mean'``.
+    Tuples give their last entry; maps (B, D, h, w) are averaged; tokens (B, N, D) give the class
+    token (``token_pool='cls'``) or the token mean (``'mean'``).
     """
     while isinstance(output, (tuple, list)):
         if not output:
@@ -76,19 +71,17 @@ def iter_feature_records(model: nn.Module,
                          split: str,
                          feature_stage: Optional[str] = 'pre_logits',
                          token_pool: str = 'cls') -> Iterator[tuple]:
-    """Yield ``(data_batch, records)`` per batch; a record is a dict(feat, gt_label, split, sample_idx).
+    """Yield ``(data_batch, records)`` per batch; a record is dict(feat, gt_label, split, sample_idx).
 
-    The model is used as it is (call ``model.eval()`` first); its data preprocessor normalises the
-    batch and moves it to the model's device. Features come back as float32 CPU tensors.
+    The model is used as it is (call ``model.eval()`` first); features are float32 CPU tensors.
 
     Args:
         model (nn.Module): The (possibly wrapped) model.
-        dataloader (Iterable): Yields mmengine data batches (dict with 'inputs' and 'data_samples').
+        dataloader (Iterable): Yields mmengine data batches.
         split (str): Tag stored in each record ('support' or 'query').
-        feature_stage (str, optional): ``stage`` for models whose ``extract_feat`` takes one (mmpretrain
-            classifiers): 'backbone', 'neck' or 'pre_logits' (the representation before the last linear
-            layer, the paper's choice). Defaults to 'pre_logits'.
-        token_pool (str): How token sequences become vectors, see :func:`pool_features`. Defaults to 'cls'.
+        feature_stage (str, optional): ``extract_feat``'s ``stage`` for mmpretrain classifiers:
+            'backbone', 'neck' or 'pre_logits'. Defaults to 'pre_logits'.
+        token_pool (str): See :func:`pool_features`. Defaults to 'cls'.
     """
     if feature_stage is not None and feature_stage not in FEATURE_STAGES:
         raise ValueError(f'feature_stage must be one of {FEATURE_STAGES} or None, got {feature_stage!r}')

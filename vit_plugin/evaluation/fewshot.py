@@ -1,18 +1,6 @@
-"""Few-shot linear evaluation as in the paper: closed-form regularised least squares.
+"""Few-shot linear evaluation as in the paper: closed-form regularised least squares to {-1, 1}^K.
 
-The paper maps the frozen representation of a few training images per class to {-1, 1}^K target
-vectors with regularised least squares, solved in closed form, and reports the top-1 accuracy of the
-resulting linear classifier. This module is the one home of that computation:
-
-* :func:`~vit_plugin.datasets.label_subset.sample_k_shot` draws the seeded, class-balanced k-shot
-  subsets (nested: the 1-shot subset is part of the 5-shot subset, and so on, so accuracies across
-  shots are comparable) plus a disjoint held-out split used to choose the regulariser;
-* :class:`RidgeSolver` factorises the support features once (SVD in float64) so that the solution for
-  every regulariser of a grid costs only a few matrix products;
-* :func:`fewshot_linear_eval` ties both together for a set of shot counts.
-
-Features are standardised with the support set's statistics (so one regulariser grid suits any
-feature scale) and the bias is fitted without penalty by centring features and targets.
+See docs/evaluation.md#few-shot-linear-evaluation.
 """
 import math
 from typing import Dict, Optional, Sequence, Tuple
@@ -43,21 +31,15 @@ def signed_one_hot(labels, num_classes: int) -> torch.Tensor:
 
 
 class RidgeSolver:
-    """Closed-form ridge regression from features to targets, for any number of regularisers.
+    """Closed-form ridge regression ``min ||X W + b - Y||^2 + l2 ||W||^2`` (bias unpenalised), any l2.
 
-    Solves ``min_{W, b} ||X W + b - Y||^2 + l2 * ||W||^2`` (the bias ``b`` is not penalised) for
-    features ``X`` (N, D) and targets ``Y`` (N, K). The centred features are factorised once with a
-    thin SVD ``X = U diag(s) V^T``; then ``W = V diag(s / (s^2 + l2)) U^T Y``. This never forms
-    ``X^T X`` (whose condition number is the square of X's) and works the same whether N < D (the
-    usual few-shot case) or N >= D.
+    One thin float64 SVD of the centred features; each regulariser then costs a few products.
 
     Args:
         features (array-like): Support features (N, D).
         targets (array-like): Regression targets (N, K), e.g. from :func:`signed_one_hot`.
-        standardize (bool): Scale every feature to zero mean and unit variance with the support
-            statistics before solving (test features get the same transform). Defaults to True.
-        eps (float): Added to the standard deviation so constant features do not divide by zero.
-            Defaults to 1e-6.
+        standardize (bool): Standardise features with the support statistics. Defaults to True.
+        eps (float): Added to the standard deviation. Defaults to 1e-6.
     """
 
     def __init__(self, features, targets, standardize: bool = True, eps: float = 1e-6):
@@ -109,9 +91,7 @@ class RidgeSolver:
 
 
 def select_l2(solver: RidgeSolver, features, labels, l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> Tuple[float, float]:
-    """The regulariser of ``l2_grid`` with the best accuracy on ``(features, labels)``.
-
-    Ties go to the largest regulariser (the smoothest classifier among equally good ones).
+    """The regulariser of ``l2_grid`` with the best accuracy on ``(features, labels)``; ties: the largest.
 
     Returns:
         tuple: (chosen l2, its accuracy in percent).
@@ -136,28 +116,21 @@ def fewshot_linear_eval(support_feats,
                         standardize: bool = True) -> Dict[int, dict]:
     """Few-shot linear top-1 accuracy for every shot count.
 
-    For each k the k-shot subset of the support pool is fitted in closed form for every regulariser of
-    ``l2_grid``; the one with the best accuracy on the held-out split (drawn from the support pool,
-    disjoint from all k-shot subsets) is kept, and its accuracy on the query set is reported. Without
-    a held-out split (``num_holdout_per_class=0``) the largest regulariser of the grid... is not
-    guessed: a single-value ``l2_grid`` is then required.
-
     Args:
-        support_feats (array-like): Features of the labelled pool the shots are drawn from (M, D).
+        support_feats (array-like): Features of the labelled pool (M, D).
         support_labels (array-like): Their class indices (M,).
         query_feats (array-like): Features of the evaluation set (Q, D).
         query_labels (array-like): Their class indices (Q,).
-        shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25), the paper's.
+        shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25).
         seed (int): Seed of the k-shot and held-out draw. Defaults to 0.
-        num_holdout_per_class (int): Held-out samples per class used to choose the regulariser.
-            Defaults to 2.
+        num_holdout_per_class (int): Held-out samples per class that choose the regulariser;
+            0 requires a single-value ``l2_grid``. Defaults to 2.
         l2_grid (Sequence[float]): Candidate regularisers. Defaults to :data:`DEFAULT_L2_GRID`.
-        num_classes (int, optional): Number of classes K. Defaults to None: 1 + the largest label.
+        num_classes (int, optional): K. Defaults to None: 1 + the largest label.
         standardize (bool): See :class:`RidgeSolver`. Defaults to True.
 
     Returns:
-        dict: shot -> dict(top1=query accuracy %, l2=chosen regulariser, holdout_top1=held-out
-        accuracy % (None without held-out split), num_support=k * K).
+        dict: shot -> dict(top1 (%), l2, holdout_top1 (% or None), num_support=k * K).
     """
     support_labels, query_labels = as_labels(support_labels), as_labels(query_labels)
     if num_classes is None:

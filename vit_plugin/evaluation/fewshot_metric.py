@@ -1,9 +1,7 @@
 """The few-shot linear evaluation as an mmengine metric, a validation loop and a reusable runner.
 
-:class:`FewShotLinearMetric` consumes feature records (support pool and query set) and computes the
-paper's few-shot linear accuracies; :func:`run_fewshot_eval` feeds it from two dataloaders; the
-validation loop :class:`FewShotValLoop` and the hook ``vit_plugin.FewShotEvalHook`` and
-``tools/fewshot_eval.py`` all go through :func:`run_fewshot_eval`.
+The loop, ``vit_plugin.FewShotEvalHook`` and ``tools/fewshot_eval.py`` all go through
+:func:`run_fewshot_eval`. See docs/evaluation.md.
 """
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
@@ -24,25 +22,19 @@ SPLITS = ('support', 'query')
 class FewShotLinearMetric(BaseMetric):
     """Few-shot linear top-1 accuracy (regularised least squares to {-1, 1}^K, closed form).
 
-    ``process`` takes records ``dict(feat=Tensor(D), gt_label=int, split='support'|'query',
-    sample_idx=int)`` (see :func:`vit_plugin.evaluation.features.iter_feature_records`). The k-shot
-    subsets and the held-out split that picks the regulariser are drawn from the 'support' records;
-    accuracy is measured on the 'query' records. Metric names: ``fewshot/{k}shot_top1`` and
-    ``fewshot/{k}shot_log2_l2`` (the chosen regulariser).
+    ``process`` takes records of :func:`~vit_plugin.evaluation.features.iter_feature_records`.
+    Metrics: ``fewshot/{k}shot_top1`` and ``fewshot/{k}shot_log2_l2``.
 
     Args:
-        shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25), the paper's.
+        shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25).
         num_holdout_per_class (int): Support samples per class held out to choose the regulariser.
             Defaults to 2.
-        l2_grid (Sequence[float], optional): Candidate regularisers. Defaults to None:
-            2^-10 ... 2^19 (features are standardised first).
+        l2_grid (Sequence[float], optional): Candidate regularisers. None: 2^-10 ... 2^19.
         seed (int): Seed of the class-balanced draw. Defaults to 0.
-        num_draws (int): Independent draws (seeds ``seed ... seed + num_draws - 1``) whose accuracies
-            are averaged; more draws make 1-shot numbers less noisy. Defaults to 1.
-        num_classes (int, optional): Number of classes. Defaults to None: from ``dataset_meta``
-            ('classes') when set, else 1 + the largest label.
+        num_draws (int): Draws (seeds ``seed ...``) whose accuracies are averaged. Defaults to 1.
+        num_classes (int, optional): None: from ``dataset_meta['classes']``, else 1 + the largest label.
         standardize (bool): Standardise features with support statistics. Defaults to True.
-        collect_device (str): 'cpu' or 'gpu', for gathering records across ranks. Defaults to 'cpu'.
+        collect_device (str): 'cpu' or 'gpu'. Defaults to 'cpu'.
         prefix (str, optional): Metric name prefix. Defaults to None, i.e. 'fewshot'.
     """
     default_prefix = 'fewshot'
@@ -112,21 +104,18 @@ def run_fewshot_eval(model: torch.nn.Module,
                      evaluator: Union[Evaluator, BaseMetric],
                      feature_stage: Optional[str] = 'pre_logits',
                      token_pool: str = 'cls') -> Dict[str, float]:
-    """Extract frozen features of both dataloaders with ``model`` and evaluate them.
-
-    The model is put in eval mode for the extraction and restored to its previous mode afterwards.
+    """Extract frozen features of both dataloaders with ``model`` (in eval mode) and evaluate them.
 
     Args:
-        model (nn.Module): The (possibly wrapped) model.
-        support_dataloader (Iterable): Labelled pool the k-shot subsets are drawn from (use a
-            deterministic test pipeline: no random augmentation).
+        model (nn.Module): The (possibly wrapped) model; its mode is restored afterwards.
+        support_dataloader (Iterable): Labelled pool, with a deterministic test pipeline.
         query_dataloader (Iterable): The evaluation set.
         evaluator (Evaluator | BaseMetric): Holds a :class:`FewShotLinearMetric`.
         feature_stage (str, optional): See :func:`iter_feature_records`. Defaults to 'pre_logits'.
         token_pool (str): See :func:`iter_feature_records`. Defaults to 'cls'.
 
     Returns:
-        dict: Metric name -> value (mmengine broadcasts it to every rank).
+        dict: Metric name -> value (the same on every rank).
     """
     if isinstance(evaluator, BaseMetric):
         evaluator = Evaluator([evaluator])
@@ -149,16 +138,11 @@ def run_fewshot_eval(model: torch.nn.Module,
 class FewShotValLoop(BaseLoop):
     """Validation loop that reports few-shot linear accuracy instead of running the model's head.
 
-    Use it as ``val_cfg`` of a pre-training config: ``val_dataloader`` is the query
-    set, ``val_evaluator`` must hold a ``vit_plugin.FewShotLinearMetric``, and ``support_dataloader``
-    the labelled pool (with a test pipeline). Metrics reach the runner like any validation metrics
-    (logging, ``CheckpointHook(save_best='fewshot/10shot_top1')``).
-
     Args:
         runner (Runner): The runner.
         dataloader (DataLoader | dict): The query set.
-        evaluator (Evaluator | dict | list): Holds a FewShotLinearMetric.
-        support_dataloader (DataLoader | dict): The support pool.
+        evaluator (Evaluator | dict | list): Holds a ``vit_plugin.FewShotLinearMetric``.
+        support_dataloader (DataLoader | dict): The support pool (test pipeline).
         feature_stage (str, optional): See :func:`iter_feature_records`. Defaults to 'pre_logits'.
         token_pool (str): See :func:`iter_feature_records`. Defaults to 'cls'.
     """

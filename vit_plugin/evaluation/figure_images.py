@@ -37,12 +37,9 @@ def images_from_config(cfg, model: nn.Module, num_images: int = 16, split: str =
                        device: str = 'cpu') -> Tuple[torch.Tensor, np.ndarray]:
     """``num_images`` images spread evenly over the config's test (or val) dataset, through its pipeline.
 
-    Evenly spaced indices rather than the first images: datasets stored class by class would
-    otherwise show one class only.
-
     Returns:
-        tuple: model inputs (B, C, H, W) on ``device`` (normalised by the model's data preprocessor)
-        and display images (B, H, W, 3) in [0, 1].
+        tuple: model inputs (B, C, H, W) on ``device`` (normalised) and display images (B, H, W, 3)
+        in [0, 1].
     """
     from mmengine.runner import Runner
 

@@ -99,8 +99,7 @@ def plot_attention_distance(distances: torch.Tensor, out: str, image_size: Seque
 
 
 def plot_rollout(images: np.ndarray, maps: torch.Tensor, out: str, title: str = '', max_images: int = 8) -> str:
-    """Per image (B, H, W, 3): the input, the input masked by its rollout map (as the paper's Fig. 6),
-    and the map as a heat map over the input (easier to read on dark images)."""
+    """Per image (B, H, W, 3): the input, the input masked by its rollout map, the map as a heat map."""
     plt = _plt()
     n = min(len(images), max_images)
     fig, axes = plt.subplots(3, n, figsize=(n * 1.4 + 0.3, 4.4), squeeze=False)

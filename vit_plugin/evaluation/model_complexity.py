@@ -1,9 +1,6 @@
 """Parameter and FLOP counts of ViT models, next to the paper's Table 1.
 
-Counts for the standard models are computed in closed form (building ViT-H just to count it would
-need gigabytes); :func:`measure_model` measures any built model with PyTorch's FLOP counter.
-FLOPs follow the convention of mmengine/fvcore/timm tables: one fused multiply-add counts as one
-FLOP (i.e. MACs); normalisations, softmax, GELU and bias additions are not counted.
+Closed-form for the standard models; one multiply-add counts as one FLOP (docs/evaluation.md#figures).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,10 +24,7 @@ def _dims(arch) -> dict:
 
 def vit_param_count(arch='base', patch_size=16, img_size=224, in_channels: int = 3, num_classes: int = 1000,
                     with_cls_token: bool = True, pre_logits: bool = False) -> int:
-    """Exact parameter count of a plain ViT classifier (backbone, optional pre-logits layer and head).
-
-    With the defaults it reproduces the official counts (e.g. 86,567,656 for ViT-B/16).
-    """
+    """Exact parameter count of a plain ViT classifier (86,567,656 for ViT-B/16, 1000 classes)."""
     d = _dims(arch)
     D, M, L = d['embed_dims'], d['mlp_dims'], d['num_layers']
     ph, pw = to_2tuple(patch_size)
@@ -47,8 +41,7 @@ def vit_flops(arch='base', patch_size=16, img_size=224, in_channels: int = 3, nu
               with_cls_token: bool = True) -> int:
     """Multiply-adds of one forward pass of a plain ViT classifier on one image.
 
-    Patch embedding ``N * C*ph*pw * D``; per block qkv ``3 T D^2``, scores and weighted sum
-    ``2 T^2 D``, output projection ``T D^2`` and MLP ``2 T D M`` (T tokens); head ``D K``.
+    Patch embedding ``N * C*ph*pw * D``; per block ``3 T D^2 + 2 T^2 D + T D^2 + 2 T D M``; head ``D K``.
     """
     d = _dims(arch)
     D, M, L = d['embed_dims'], d['mlp_dims'], d['num_layers']

@@ -1,9 +1,4 @@
-"""Build a model from any config and load a checkpoint into it, checked, for offline tools.
-
-Used by ``tools/fewshot_eval.py``, the figure tools and the benchmarks. Loading is strict about the
-ViT's weights: a checkpoint of another model (another arch, patch size, a CNN ...) is refused with
-a message naming the mismatching keys, instead of silently analysing random weights.
-"""
+"""Build a model from any config and load a checkpoint into it, strictly for the ViT's weights, for offline tools."""
 import os.path as osp
 from typing import Optional, Tuple
 
@@ -41,17 +36,15 @@ def _state_dict_of(checkpoint, filename: str) -> dict:
 
 
 def load_checkpoint_checked(model: nn.Module, filename: str, vit_prefix: str) -> dict:
-    """Load ``filename`` into ``model``, insisting that every ViT weight is present with the right shape.
+    """Load ``filename`` into ``model``; every ViT weight must be present with its shape.
 
-    A backbone-only checkpoint (keys without the ``backbone.`` prefix, e.g. converted official or
-    timm weights) is accepted too. Position embeddings of another grid are resized by the backbone's
-    load hook. Other weights (heads, necks) load when they fit and are reported otherwise.
+    Backbone-only checkpoints are accepted; other weights load when they fit and are reported.
 
     Returns:
         dict: ``unexpected`` and ``missing`` non-ViT keys (lists).
 
     Raises:
-        WrongModelError: when ViT weights are missing or have other shapes.
+        WrongModelError: ViT weights missing or of other shapes.
     """
     state = _state_dict_of(CheckpointLoader.load_checkpoint(filename, map_location='cpu'), filename)
     model_state = model.state_dict()
@@ -84,11 +77,7 @@ def load_checkpoint_checked(model: nn.Module, filename: str, vit_prefix: str) ->
 
 def load_model(config: str, checkpoint: Optional[str], device: str = 'cpu',
                cfg_options: Optional[dict] = None) -> Tuple[nn.Module, nn.Module, Config]:
-    """Build the model of ``config``, load ``checkpoint`` (checked) and return (model, its ViT, cfg).
-
-    The model is in eval mode on ``device``. ``checkpoint=None`` keeps the initialisation (for
-    architecture-only questions such as parameter counts).
-    """
+    """``config``'s model in eval mode on ``device`` with ``checkpoint`` loaded (None: none): (model, ViT, cfg)."""
     cfg = load_config(config, cfg_options)
     model_cfg = cfg.model.copy()
     if cfg.get('data_preprocessor') is not None:

@@ -1,10 +1,6 @@
 """The quantities behind the paper's Figures 6 and 7, computed from a ViT's weights and attention.
 
-* :func:`patch_embedding_components` - principal components of the patch-embedding filters (Fig. 7 left);
-* :func:`pos_embed_similarity` - cosine similarity between position embeddings (Fig. 7 centre);
-* :func:`mean_attention_distance` - attention-weighted distance in pixels per head (Fig. 7 right);
-* :func:`attention_rollout` / :func:`rollout_to_map` - attention from the output token to the input
-  (Fig. 6), with Abnar & Zuidema's (2020) rollout, the method the paper's Appendix D.7 uses.
+See docs/evaluation.md#figures.
 """
 from typing import List, Sequence, Tuple
 
@@ -12,19 +8,15 @@ import torch
 
 
 def patch_embedding_components(weight: torch.Tensor, num_components: int = 28) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Top principal components of the patch-embedding filters.
-
-    Each of the D filters (C, ph, pw) is a point in C*ph*pw dimensions; the principal directions of
-    that point cloud (filters centred on their mean) are the "basis functions" the paper shows.
+    """Top principal components of the patch-embedding filters (centred on their mean).
 
     Args:
-        weight (Tensor): The patch-embedding kernel (D, C, ph, pw) (``patch_embed.proj.weight``).
-        num_components (int): How many components to return (at most min(D, C*ph*pw)). Defaults to
-            28, as in the paper's figure.
+        weight (Tensor): The patch-embedding kernel (D, C, ph, pw).
+        num_components (int): At most min(D, C*ph*pw). Defaults to 28.
 
     Returns:
-        tuple: components (k, C, ph, pw) with unit norm (sign is arbitrary), and the fraction of the
-        filters' variance each explains (k,).
+        tuple: Components (k, C, ph, pw) of unit norm (arbitrary sign), and the variance fraction
+        each explains (k,).
     """
     if weight.dim() != 4:
         raise ValueError(f'expected a convolution kernel (D, C, ph, pw), got shape {tuple(weight.shape)}')
@@ -42,11 +34,11 @@ def pos_embed_similarity(pos_embed: torch.Tensor, grid: Sequence[int], num_prefi
 
     Args:
         pos_embed (Tensor): (1, prefix + rows*cols, D) or (prefix + rows*cols, D).
-        grid (tuple[int, int]): (rows, cols) of the patch grid the table is laid out on.
-        num_prefix_tokens (int): Leading class/extra entries to skip. Defaults to 1.
+        grid (tuple[int, int]): (rows, cols) of the table.
+        num_prefix_tokens (int): Leading non-patch entries. Defaults to 1.
 
     Returns:
-        Tensor: (rows, cols, rows, cols); ``[i, j]`` is the similarity map of position (i, j).
+        Tensor: (rows, cols, rows, cols); ``[i, j]`` is the map of position (i, j).
     """
     table = pos_embed.detach().float().reshape(-1, pos_embed.shape[-1])[num_prefix_tokens:]
     rows, cols = int(grid[0]), int(grid[1])
@@ -68,18 +60,12 @@ def patch_distances(grid: Sequence[int], patch_px: Sequence[float]) -> torch.Ten
 
 def mean_attention_distance(attn: torch.Tensor, grid: Sequence[int], patch_px: Sequence[float],
                             num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Attention distance of every head: the attention-weighted mean distance between query and key.
-
-    Only patch-to-patch attention has a position in image space, so the class/extra tokens are
-    dropped as queries and keys and each query's weights over the patches are renormalised to sum to
-    one; the distance is then averaged over all query patches. This is the paper's analogue of a
-    receptive-field size.
+    """Attention-weighted mean query-key distance of every head, over patch tokens only.
 
     Args:
-        attn (Tensor): Attention weights (B, heads, N, N) of one layer, rows summing to 1.
-        grid (tuple[int, int]): Patch grid (rows, cols) with N = prefix + rows*cols.
-        patch_px (tuple[float, float]): Pixel height and width of one patch (the image size divided by
-            the grid, which also covers hybrid models whose "patches" are ResNet feature cells).
+        attn (Tensor): Attention weights (B, heads, N, N) of one layer.
+        grid (tuple[int, int]): Patch grid (rows, cols), N = prefix + rows*cols.
+        patch_px (tuple[float, float]): Pixel height and width of one patch.
         num_prefix_tokens (int): Leading non-patch tokens. Defaults to 1.
 
     Returns:
@@ -97,19 +83,15 @@ def mean_attention_distance(attn: torch.Tensor, grid: Sequence[int], patch_px: S
 
 def attention_rollout(attentions: Sequence[torch.Tensor], residual: bool = True,
                       head_fusion: str = 'mean') -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each input token flows into each output.
-
-    Per layer the heads are fused, the residual connection is accounted for as ``0.5 * A + 0.5 * I``
-    (with ``residual``), rows are renormalised, and the layers' matrices are multiplied from the first
-    to the last: ``R = A_L ... A_2 A_1``.
+    """Attention rollout (Abnar & Zuidema, 2020): ``R = A_L ... A_1`` of head-fused, residual-mixed maps.
 
     Args:
-        attentions (Sequence[Tensor]): Attention weights of each layer, (B, heads, N, N), first layer first.
-        residual (bool): Mix in the identity for the residual path. Defaults to True.
+        attentions (Sequence[Tensor]): (B, heads, N, N) per layer, first layer first.
+        residual (bool): Use ``0.5 * A + 0.5 * I``. Defaults to True.
         head_fusion (str): 'mean', 'max' or 'min' over heads. Defaults to 'mean'.
 
     Returns:
-        Tensor: (B, N, N) rollout; row i is how much every input token contributes to output token i.
+        Tensor: (B, N, N); row i is how much every input token flows into output token i.
     """
     if not attentions:
         raise ValueError('attention rollout needs the attention maps of at least one layer')
@@ -127,11 +109,7 @@ def attention_rollout(attentions: Sequence[torch.Tensor], residual: bool = True,
 
 
 def rollout_to_map(rollout: torch.Tensor, grid: Sequence[int], num_prefix_tokens: int = 1) -> torch.Tensor:
-    """The output token's rollout over the patches, as (B, rows, cols) maps.
-
-    With a class token the output token is the class token (row 0); without one (a 'gap' model) the
-    output is the mean of the patch tokens, so the rows of all patches are averaged.
-    """
+    """The output token's rollout over the patches as (B, rows, cols); without class token the patch mean's."""
     p = num_prefix_tokens
     rows = rollout[:, 0, p:] if p > 0 else rollout[:, p:, p:].mean(1)
     return rows.reshape(rollout.shape[0], int(grid[0]), int(grid[1]))

@@ -1,12 +1,6 @@
 """Does the model normalise its inputs the way its loaded weights were trained?
 
-The official ViT weights were trained on pixels scaled to [-1, 1] (mean = std = 127.5), not with
-ImageNet's mean/std. Given ImageNet-normalised inputs they still run, but lose several points of
-accuracy, and nothing fails. Checkpoints converted from the official release record the
-normalisation (``input_normalization``, see :mod:`vit_plugin.checkpoint.records`); every path that
-loads them leaves it on the backbone (``expected_input_norm``), and :func:`check_input_normalization`
-compares it with the model's data preprocessor. ``tools/train.py``, ``tools/test.py`` and
-``tools/infer.py`` run the check (the first two through :class:`~vit_plugin.engine.hooks.InputNormCheckHook`).
+See docs/inference.md and docs/checkpoints.md#numerics-records.
 """
 import logging
 from typing import List, Optional, Tuple
@@ -22,8 +16,7 @@ TOLERANCE = 0.5
 
 
 def preprocessor_norm(model: nn.Module) -> Optional[Tuple[Tuple[float, ...], Tuple[float, ...]]]:
-    """``(mean, std)`` the model's mmengine data preprocessor applies, or None when it does not
-    normalise (or the model has none)."""
+    """``(mean, std)`` the model's data preprocessor applies, or None when it does not normalise."""
     pre = getattr(model, 'data_preprocessor', None)
     if pre is None or not mmengine_compat.normalizes(pre):
         return None
@@ -36,16 +29,14 @@ def _differs(a, b) -> bool:
 
 
 def check_input_normalization(model: nn.Module, warn: bool = True) -> List[str]:
-    """Compare every ViT's recorded ``expected_input_norm`` with the model's data preprocessor.
+    """Compare every ViT's ``expected_input_norm`` with the model's data preprocessor.
 
     Args:
-        model (nn.Module): An mmengine model (``data_preprocessor`` attribute), e.g. an mmpretrain
-            ``ImageClassifier`` or an mmdet detector, or a model wrapper around one.
+        model (nn.Module): An mmengine model (or a wrapper around one).
         warn (bool): Log each mismatch as a warning. Defaults to True.
 
     Returns:
-        list[str]: One message per backbone whose weights expect another normalisation (empty when
-        all agree or nothing is recorded).
+        list[str]: One message per backbone whose weights expect another normalisation.
     """
     model = getattr(model, 'module', model)  # DDP and friends
     recorded = [(name, module.expected_input_norm) for name, module in model.named_modules()

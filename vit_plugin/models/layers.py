@@ -1,7 +1,6 @@
-"""Building blocks of the ViT encoder: patch embedding, attention, MLPs, layer scale and the pre-norm block.
+"""Building blocks of the ViT encoder: patch embedding, attention, MLPs, layer scale, the block.
 
-Parameter names follow timm's (``patch_embed.proj``, ``blocks.N.attn.qkv`` ...) so that converting to
-and from timm is a renaming-free copy and third-party tooling that knows timm's layout works on ours.
+Parameter names follow timm's (``patch_embed.proj``, ``blocks.N.attn.qkv`` ...). See docs/backbone.md.
 """
 from typing import Optional, Tuple
 
@@ -15,23 +14,21 @@ from .rel_pos import decomposed_rel_pos_bias, pad_prefix_bias
 
 
 def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
-    """Flax's default kernel init: a normal truncated at two std, rescaled to variance 1 / fan_in.
-
-    ``fan_in`` is ``tensor[0].numel()`` (PyTorch's (out, in, ...) layout). The truncation bounds are
-    relative to the std, as in ``jax.nn.initializers.lecun_normal``.
-    """
+    """Flax's default kernel init: normal truncated at two std, variance 1 / fan_in (``tensor[0].numel()``)."""
     std = (1. / tensor[0].numel())**0.5 / .87962566103423978  # std of a unit normal truncated at +-2
     return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
 
 
 def pad_to_patch_multiple(x: torch.Tensor, patch_size: Tuple[int, int], mode: str = 'corner') -> torch.Tensor:
-    """Zero-pad images (..., H, W) up to the next multiple of the patch size (mmcv's adaptive padding).
+    """Zero-pad images (..., H, W) up to the next multiple of the patch size.
 
     Args:
         x (Tensor): Images or feature maps (..., H, W).
         patch_size (tuple[int, int]): Patch height and width.
-        mode (str): 'corner' pads the bottom and right; 'same' splits the padding between both sides,
-            the odd pixel at the bottom/right. Defaults to 'corner'.
+        mode (str): 'corner' pads bottom/right; 'same' splits it, the odd pixel bottom/right.
+
+    Raises:
+        ValueError: An unknown ``mode``.
     """
     pad_h, pad_w = (-x.shape[-2]) % patch_size[0], (-x.shape[-1]) % patch_size[1]
     if not (pad_h or pad_w):
@@ -44,16 +41,13 @@ def pad_to_patch_multiple(x: torch.Tensor, patch_size: Tuple[int, int], mode: st
 
 
 class PatchEmbed(nn.Module):
-    """Split an image into non-overlapping patches and project each one linearly.
-
-    One convolution with kernel = stride = patch size and no padding ('VALID'), as in the paper.
+    """Non-overlapping patches, each projected linearly (one conv, kernel = stride = patch).
 
     Args:
         patch_size (tuple[int, int]): Patch height and width.
         in_channels (int): Input channels. Defaults to 3.
         embed_dims (int): Output width D. Defaults to 768.
-        bias (bool): Bias of the projection. Defaults to True (models with a LayerNorm right after the
-            embedding, CLIP's ``pre_norm``, have none).
+        bias (bool): Bias of the projection. Defaults to True.
     """
 
     def __init__(self, patch_size: Tuple[int, int], in_channels: int = 3, embed_dims: int = 768, bias: bool = True):
@@ -74,18 +68,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[tor
     """``softmax(q k^T / sqrt(d) + bias) v``: the one attention computation of the encoder.
 
     Args:
-        q (Tensor): Queries (..., N, d).
-        k (Tensor): Keys (..., M, d).
-        v (Tensor): Values (..., M, d).
-        bias (Tensor, optional): Broadcastable to (..., N, M): an additive float bias (``-inf``
-            excludes a pair) or a boolean mask, True where attention is allowed. Defaults to None.
-        dropout_p (float): Dropout on the attention weights; pass 0 outside training. Defaults to 0.
-        return_weights (bool): Compute the softmax explicitly and return the weights too (analysis
-            tools). Otherwise ``F.scaled_dot_product_attention`` runs, which picks a fused kernel
-            and never forms the (N, M) weights. Defaults to False.
+        q, k, v (Tensor): Queries (..., N, d), keys and values (..., M, d).
+        bias (Tensor, optional): Broadcastable to (..., N, M): an additive float bias or a boolean
+            mask, True where attention is allowed.
+        dropout_p (float): Dropout on the weights; 0 outside training.
+        return_weights (bool): Compute the softmax explicitly and return the weights; otherwise
+            ``F.scaled_dot_product_attention`` runs.
 
     Returns:
-        tuple: The output (..., N, d) and the weights (..., N, M), or None without ``return_weights``.
+        tuple: Output (..., N, d) and weights (..., N, M) or None.
     """
     if not return_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
@@ -97,13 +88,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[tor
 
 
 def split_heads(qkv: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(B, N, 3, heads, d) -> q, k, v of (B, heads, N, d): strided views, no copies; SDPA takes them."""
+    """(B, N, 3, heads, d) -> q, k, v of (B, heads, N, d), as views."""
     return qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, heads, N, d) -> (B, N, heads * d). The CPU and CUDA SDPA kernels lay their output out as
-    (B, N, heads, d), so for them this is a free view."""
+    """(B, heads, N, d) -> (B, N, heads * d)."""
     B, heads, N, d = x.shape
     return x.transpose(1, 2).reshape(B, N, heads * d)
 
@@ -111,18 +101,13 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv projection, global or within windows.
 
-    Every form goes through :func:`attend`: ``F.scaled_dot_product_attention`` (fused kernels where
-    available), or the same softmax computed explicitly when attention weights are requested.
-
     Args:
         embed_dims (int): Token width D.
-        num_heads (int): Number of heads; D must be divisible by it.
+        num_heads (int): Number of heads; must divide D.
         qkv_bias (bool): Bias on the qkv projection. Defaults to True.
-        attn_drop (float): Dropout on attention weights while training. Defaults to 0.
-        proj_drop (float): Dropout after the output projection while training. Defaults to 0.
-        rel_pos_size (tuple[int, int], optional): Patch grid (rows, cols) the decomposed relative
-            position tables are made for (ViTDet; see :mod:`vit_plugin.models.rel_pos`); they start
-            at zero. The forward pass then needs the patch grid. Defaults to None: no relative bias.
+        attn_drop, proj_drop (float): Dropout on attention weights / after the projection (0).
+        rel_pos_size (tuple[int, int], optional): Grid (rows, cols) of the zero-initialised relative
+            position tables (:mod:`vit_plugin.models.rel_pos`). None: no relative bias.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
@@ -143,7 +128,6 @@ class Attention(nn.Module):
 
     @property
     def dropout_p(self) -> float:
-        """Dropout probability on the attention weights now (0 in eval mode)."""
         return self.attn_drop if self.training else 0.
 
     def qkv_tokens(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,11 +136,12 @@ class Attention(nn.Module):
         return self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims)
 
     def rel_pos_bias(self, q: torch.Tensor, grid: Optional[Tuple[int, int]], span: int = 0) -> Optional[torch.Tensor]:
-        """The relative position bias of queries ``q`` (..., N, d) over the same N tokens, or None.
+        """Relative position bias (..., N, N) of queries ``q`` (..., N, d), or None without tables.
 
-        Tokens before the ``rows * cols`` patches (class token) get zero bias rows and columns.
-        ``span`` limits the tables to offsets within windows of that size (dense maps of windowed
-        blocks). Defaults to 0: the whole grid.
+        Prefix tokens get zero rows and columns; ``span`` > 0 limits the offsets to windows of that size.
+
+        Raises:
+            ValueError: ``grid`` is None although the tables need it.
         """
         if not self.use_rel_pos:
             return None
@@ -172,13 +157,11 @@ class Attention(nn.Module):
 
         Args:
             x (Tensor): Tokens (B, N, C), prefix (class) tokens first.
-            return_attention (bool): Also return the attention weights. Defaults to False.
-            grid (tuple[int, int], optional): (rows, cols) of the patch tokens; needed with relative
-                position bias and with windows. Defaults to None.
-            window_size (int): If > 0, patch queries attend only within non-overlapping windows of
-                this many patches per side (:func:`windowed_attention`); the weights are then the
-                dense (N, N) map, zero outside each window. Defaults to 0: global attention.
-            num_prefix_tokens (int): Tokens before the patches (windowed attention only). Defaults to 1.
+            return_attention (bool): Also return the weights (dense, zero outside windows).
+            grid (tuple[int, int], optional): (rows, cols) of the patches; needed with windows or
+                relative position bias.
+            window_size (int): If > 0, patch queries attend within windows of this side. Defaults to 0.
+            num_prefix_tokens (int): Tokens before the patches (windowed attention). Defaults to 1.
         """
         if window_size and grid is None:
             raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
@@ -197,21 +180,19 @@ class Attention(nn.Module):
 
 def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_tokens: int = 1,
                           device: Optional[torch.device] = None) -> torch.Tensor:
-    """Which token may attend to which under windowed attention, as a dense (N, N) boolean matrix.
+    """Which token may attend to which under windowed attention, as a dense (N, N) bool matrix.
 
-    Patch tokens see the prefix (class) tokens and the patches of their own ``window_size`` x
-    ``window_size`` window (windows tile the grid from the top-left corner; the last row/column of
-    windows may be partial). Prefix tokens see everything, as in global attention. Used to return
-    attention maps of windowed blocks and as the reference the partitioned computation must match.
+    Patch tokens see the prefix tokens and their own window (tiled from the top-left); prefix tokens
+    see everything.
 
     Args:
         grid (tuple[int, int]): Patch grid (rows, cols).
         window_size (int): Window side in patches.
-        num_prefix_tokens (int): Class/extra tokens in front of the patches. Defaults to 1.
-        device (torch.device, optional): Device of the mask. Defaults to None (CPU).
+        num_prefix_tokens (int): Tokens in front of the patches. Defaults to 1.
+        device (torch.device, optional): Device of the mask.
 
     Returns:
-        torch.Tensor: (N, N) bool, True where attention is allowed, N = prefix + rows * cols.
+        torch.Tensor: (N, N) bool, True where allowed, N = prefix + rows * cols.
     """
     rows = torch.arange(grid[0], device=device) // window_size
     cols = torch.arange(grid[1], device=device) // window_size
@@ -225,24 +206,22 @@ def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_to
 
 def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], window_size: int,
                        num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Self-attention restricted to non-overlapping windows of the patch grid (ViTDet's local blocks).
+    """Self-attention within non-overlapping windows of the patch grid (ViTDet's local blocks).
 
-    Memory and time grow with the number of windows instead of quadratically with the grid, which is
-    what makes ViT affordable at detection resolutions. The grid is zero-padded at the bottom/right
-    to whole windows; padded positions are masked out as keys, so results do not depend on padding
-    and a window covering the whole grid gives exactly global attention. Prefix (class) tokens stay
-    global: they are keys in every window and their queries attend to all tokens. With relative
-    position bias (``attn.use_rel_pos``) patch queries add it over the patch keys of their window.
+    Padding to whole windows is masked; prefix tokens stay global. See docs/detection.md.
 
     Args:
-        attn (Attention): The block's attention module (its qkv/proj weights are used).
+        attn (Attention): The block's attention module.
         x (torch.Tensor): Normalised tokens (B, N, C), prefix tokens first.
-        grid (tuple[int, int]): Patch grid (rows, cols) of the N - prefix patch tokens.
+        grid (tuple[int, int]): Patch grid (rows, cols).
         window_size (int): Window side in patches.
         num_prefix_tokens (int): Defaults to 1.
 
     Returns:
-        torch.Tensor: (B, N, C), the attention branch output (after the output projection).
+        torch.Tensor: (B, N, C) after the output projection.
+
+    Raises:
+        ValueError: N does not match the grid and the prefix.
     """
     B, N, C = x.shape
     rows, cols = grid
@@ -289,7 +268,7 @@ def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], 
 
 
 class QuickGELU(nn.Module):
-    """``x * sigmoid(1.702 x)``: the sigmoid approximation of GELU that OpenAI's CLIP was trained with."""
+    """``x * sigmoid(1.702 x)``, CLIP's GELU."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(1.702 * x)
@@ -300,16 +279,14 @@ ACTIVATIONS = ('gelu', 'quick_gelu')
 
 
 class Mlp(nn.Module):
-    """Two dense layers with GELU in between (the Transformer's MLP block).
+    """Two dense layers with GELU in between.
 
     Args:
         embed_dims (int): Input/output width D.
         hidden_dims (int): Hidden width (the paper's "MLP size").
-        gelu_approximate (str): 'none' for exact GELU (PyTorch/timm) or 'tanh' for the approximation
-            the official Flax model uses. Defaults to 'none'.
-        drop (float): Dropout after each dense layer while training. Defaults to 0.
-        activation (str): 'gelu', or 'quick_gelu' for CLIP's :class:`QuickGELU` (then
-            ``gelu_approximate`` is not used). Defaults to 'gelu'.
+        gelu_approximate (str): 'none' (exact) or 'tanh' (official Flax). Defaults to 'none'.
+        drop (float): Dropout after each dense layer. Defaults to 0.
+        activation (str): 'gelu' or 'quick_gelu' (CLIP). Defaults to 'gelu'.
     """
 
     def __init__(self, embed_dims: int, hidden_dims: int, gelu_approximate: str = 'none', drop: float = 0.,
@@ -328,26 +305,19 @@ class Mlp(nn.Module):
 
 
 def swiglu_hidden_dims(mlp_dims: int) -> int:
-    """Hidden width of each half of a SwiGLU MLP standing in for a GELU MLP of width ``mlp_dims``.
-
-    Two thirds of it (SwiGLU has three matrices where the GELU MLP has two, so the parameter count
-    stays about the same), rounded up to a multiple of 8: the rule of DINOv2 and of mmpretrain's
-    ``SwiGLUFFNFused`` (6144 -> 4096 for DINOv2-g).
-    """
+    """Half-width of a SwiGLU MLP replacing a GELU MLP of ``mlp_dims``: 2/3, rounded up to 8."""
     return (int(mlp_dims * 2 / 3) + 7) // 8 * 8
 
 
 class SwiGLUMlp(nn.Module):
-    """SwiGLU MLP with one packed input projection: ``fc2(silu(a) * b)`` where ``(a, b) = fc1(x)`` halves.
+    """SwiGLU MLP ``fc2(silu(a) * b)``, ``(a, b)`` the halves of one packed ``fc1`` (DINOv2-g).
 
-    DINOv2-g's MLP (Shazeer, "GLU Variants Improve Transformer"). The names equal timm's
-    ``SwiGLUPacked`` (``fc1`` makes both halves, gate first), so its DINOv2 weights copy as they are;
-    mmpretrain's ``SwiGLUFFNFused`` calls them ``w12`` and ``w3``.
+    Names equal timm's ``SwiGLUPacked``. See docs/backbone.md#archs.
 
     Args:
         embed_dims (int): Input/output width D.
-        hidden_dims (int): Width of each half (see :func:`swiglu_hidden_dims`).
-        drop (float): Dropout after the gating and after ``fc2`` while training. Defaults to 0.
+        hidden_dims (int): Width of each half (:func:`swiglu_hidden_dims`).
+        drop (float): Dropout after the gating and after ``fc2``. Defaults to 0.
     """
 
     def __init__(self, embed_dims: int, hidden_dims: int, drop: float = 0.):
@@ -363,11 +333,11 @@ class SwiGLUMlp(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """Learned per-channel scale of a residual branch (CaiT; DINOv2 starts it at 1e-5).
+    """Learned per-channel scale of a residual branch (DINOv2).
 
     Args:
         embed_dims (int): Channels.
-        init_value (float): Initial value of every channel's scale.
+        init_value (float): Initial scale.
     """
 
     def __init__(self, embed_dims: int, init_value: float):
@@ -379,35 +349,25 @@ class LayerScale(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Pre-norm Transformer encoder block: ``x + MSA(LN(x))`` then ``x + MLP(LN(x))``.
-
-    With layer scale each branch output is multiplied by a learned per-channel scale before it is
-    added: ``x + ls1 * MSA(LN(x))``, ``x + ls2 * MLP(LN(x))`` (DINOv2).
+    """Pre-norm Transformer block: ``x + ls1 * MSA(LN(x))``, then ``x + ls2 * MLP(LN(x))``.
 
     Args:
         embed_dims (int): Token width D.
         num_heads (int): Attention heads.
-        mlp_dims (int): MLP hidden width (for a SwiGLU MLP the nominal width its halves derive from,
-            see :func:`swiglu_hidden_dims`).
-        qkv_bias (bool): Defaults to True.
-        drop (float): Dropout after attention projection and in the MLP. Defaults to 0.
-        attn_drop (float): Dropout on attention weights. Defaults to 0.
-        drop_path (float): Stochastic-depth probability for both branches. Defaults to 0.
-        norm_eps (float): LayerNorm epsilon; 1e-6 as in the official model. Defaults to 1e-6.
-        gelu_approximate (str): See :class:`Mlp`. Defaults to 'none'.
-        window_size (int): If > 0, attention is restricted to non-overlapping windows of this many
-            patches per side (see :func:`windowed_attention`) and ``forward`` needs the patch grid.
-            Defaults to 0 (global attention).
-        num_prefix_tokens (int): Class/extra tokens in front of the patches; only used by windowed
-            attention. Defaults to 1.
-        rel_pos_grid (tuple[int, int], optional): Add ViTDet's decomposed relative position bias,
-            with tables made for this patch grid (global blocks; resized to other grids on the fly).
-            Windowed blocks size theirs to the window. Defaults to None: no relative bias.
-        layer_scale_init_value (float): If > 0, scale both branches by :class:`LayerScale` (``ls1``,
-            ``ls2``) starting at this value. Defaults to 0 (no layer scale, as in the paper).
-        ffn_type (str): 'origin' for the GELU :class:`Mlp`, 'swiglu_fused' for :class:`SwiGLUMlp`
-            (mmpretrain's names). Defaults to 'origin'.
-        activation (str): Activation of the 'origin' MLP, see :class:`Mlp`. Defaults to 'gelu'.
+        mlp_dims (int): MLP hidden width (SwiGLU: the nominal width, :func:`swiglu_hidden_dims`).
+        qkv_bias, drop, attn_drop, drop_path (bool, float): qkv bias (True), dropout after the
+            attention projection and in the MLP, dropout on attention weights, stochastic depth (0).
+        norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
+        gelu_approximate, activation (str): See :class:`Mlp`.
+        window_size (int): If > 0, windowed attention (:func:`windowed_attention`). Defaults to 0.
+        num_prefix_tokens (int): Tokens in front of the patches. Defaults to 1.
+        rel_pos_grid (tuple[int, int], optional): Grid of relative position tables (windowed blocks
+            size theirs to the window). None: no relative bias.
+        layer_scale_init_value (float): If > 0, :class:`LayerScale` on both branches. Defaults to 0.
+        ffn_type (str): 'origin' (:class:`Mlp`) or 'swiglu_fused' (:class:`SwiGLUMlp`).
+
+    Raises:
+        ValueError: A negative ``window_size`` or an unknown ``ffn_type``.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_dims: int, qkv_bias: bool = True, drop: float = 0.,
@@ -447,8 +407,7 @@ class EncoderBlock(nn.Module):
     def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
         """Tokens (B, N, D) -> (B, N, D); with ``return_attention`` also the (B, heads, N, N) weights.
 
-        ``grid`` (rows, cols) of the patch tokens is required by windowed blocks and with relative
-        position bias, ignored otherwise.
+        ``grid`` (rows, cols) is needed by windowed blocks and with relative position bias.
         """
         if self.with_cp and self.training and x.requires_grad and not return_attention:
             # Activation checkpointing: keep only the block input, recompute the rest in backward.

@@ -1,40 +1,7 @@
 """Adapting an incoming state dict to a ViT's layout (shapes and key names), whatever path loads it.
 
-:func:`adapt_vit_state_dict` is the one place that decides how a checkpoint trained at another
-resolution or patch size, or saved with other key names, enters a :class:`~vit_plugin.models.ViT` (or a
-subclass such as ``HybridViT``). It runs from the backbone's load-state-dict pre-hook
-(``_adapt_checkpoint_layout_on_load``: ``init_cfg`` Pretrained, ``load_from``, ``--resume``, plain
-``load_state_dict``) and from :class:`~vit_plugin.engine.hooks.PosEmbedResizeHook` inside the runner's
-checkpoint dict. Whichever runs first does the work and logs it; the second finds nothing left to change,
-so every resize is logged exactly once.
-
-It changes only tensors and their names, never the model: the records of how the weights compute
-(GELU, LayerNorm eps, input normalisation) stay in the state dict for the backbone's next load step,
-:func:`vit_plugin.models.numerics.apply_checkpoint_numerics`, which the ``checkpoint_numerics`` keyword
-controls (docs/checkpoints.md#numerics-records).
-
-What it does, for the keys under ``prefix``, in this order (one function per step):
-
-* a whole-classifier checkpoint (``backbone.*``, ``head.*``) loaded into a bare backbone gives it
-  its ``backbone.`` part (logged), as ``prefix='backbone.'`` would; where that part is ambiguous
-  (several ViTs in the file) or absent, the load is refused;
-* mmpretrain ``VisionTransformer`` key names are renamed to ours (layer scale, ``pre_norm``, the
-  ``ln2`` of ``avg_featmap`` and the SwiGLU MLP included);
-* ``pos_embed_resize_mode`` (written by our converters, e.g. ``'official'`` for the official JAX
-  release) is consumed: it selects the interpolation and overrides the model's
-  ``pos_embed_load_mode``, because the file knows how its weights were meant to be resized
-  (:func:`~vit_plugin.checkpoint.records.resize_mode_for`);
-* a checkpoint of another width, depth or input-channel count, or with other blocks (layer scale,
-  ``pre_norm``, MLP width or type), is refused with a message naming the key and the fix --
-  otherwise a non-strict load (``init_cfg`` Pretrained) would silently leave parts of the backbone
-  random (the input-channel count is checked with the patch kernel);
-* ``patch_embed.proj.weight`` with another kernel size is resized by the pseudo-inverse
-  (:func:`~vit_plugin.models.patch_resize.resize_patch_embed`);
-* relative position tables (``use_rel_pos``) of another length are resized linearly, absent ones
-  start at zero (ViTDet's initialisation), and tables for a model without them are refused;
-* ``pos_embed`` is resized to the model's patch grid. The source grid comes from the incoming
-  ``pos_embed_grid`` (written by our models and converters), otherwise it is inferred (square
-  tables only; a non-square table without metadata is an error asking for the grid).
+It changes tensors and their names, never the model; the numerics records are left for
+:func:`vit_plugin.models.numerics.apply_checkpoint_numerics`. See docs/checkpoints.md#every-loading-path.
 """
 import math
 import re
@@ -64,13 +31,7 @@ _PATCH_KERNELS = ('patch_embed.proj.weight', 'patch_embed.projection.weight')  #
 
 
 def _take_backbone_part(model, state_dict, prefix) -> List[str]:
-    """A bare backbone given a whole model's weights takes their ``backbone.`` part, in place.
-
-    A plain or ``init_cfg`` load without ``prefix='backbone.'`` would otherwise match no key and, being
-    non-strict, leave the backbone random. Only one reading is accepted: exactly one position
-    embedding, under ``backbone.``; with several (e.g. a distillation or EMA copy) the user must name
-    the part, and a ViT under another name is not guessed at.
-    """
+    """A bare backbone given a whole model's weights takes their one ``backbone.`` part, in place."""
     if prefix + 'pos_embed' in state_dict:
         return []
     suffix = '.pos_embed'
@@ -104,8 +65,7 @@ def _take_backbone_part(model, state_dict, prefix) -> List[str]:
 
 
 def _rename_mmpretrain_keys(state_dict, prefix) -> List[str]:
-    """mmpretrain ``VisionTransformer`` names (``layers.0.ln1`` ...) -> ours, in place: users point
-    ``init_cfg`` at mmpretrain model-zoo checkpoints, and a non-strict load would skip every weight."""
+    """mmpretrain ``VisionTransformer`` names -> ours, in place."""
     if prefix + 'layers.0.ln1.weight' not in state_dict or prefix + 'blocks.0.norm1.weight' in state_dict:
         return []
     renamed = 0
@@ -138,9 +98,7 @@ def _check_depth(model, state_dict, prefix) -> None:
 
 
 def _check_block_structure(model, state_dict, prefix) -> None:
-    """Refuse weights whose blocks are built otherwise (layer scale, pre-norm, MLP type): a non-strict
-    load (``init_cfg`` Pretrained) would leave those parts at their initial values or drop them, and
-    the model would compute something else than the checkpoint did, with only a warning."""
+    """Refuse weights whose blocks are built otherwise (layer scale, pre-norm, MLP type)."""
     if _num_blocks(state_dict, prefix) is None:
         return
     own = dict(model.named_parameters())
@@ -179,12 +137,7 @@ def _adapt_patch_kernel(model, state_dict, prefix) -> List[str]:
 
 
 def _adapt_rel_pos(model, state_dict, prefix) -> List[str]:
-    """Relative position tables: resized to the model's lengths, or started at zero when absent.
-
-    A checkpoint without them (the paper's weights, any classification run) is how ViTDet starts:
-    its tables are zero-initialised, so the model computes what the checkpoint did. Tables in the
-    checkpoint for a model without them would be dropped by a non-strict load, so that is an error.
-    """
+    """Relative position tables: resized to the model, zero when absent, refused for a model without."""
     own = {name: param for name, param in model.named_parameters() if name.endswith(REL_POS_PARAM_SUFFIXES)}
     incoming = [k for k in state_dict if k.startswith(prefix) and k.endswith(REL_POS_PARAM_SUFFIXES)]
     if incoming and not own:
@@ -253,8 +206,7 @@ def _take_resize_mode(model, state_dict, prefix) -> Tuple[str, str]:
 
 
 def _take_source_grid(model, state_dict, prefix) -> Optional[Tuple[int, ...]]:
-    """The patch grid the incoming position embedding records (None: none recorded), replaced by the
-    model's own: the table is resized to it, and third-party weights carry no grid."""
+    """Pop the incoming ``pos_embed_grid`` (None if absent) and store the model's own."""
     grid_key = prefix + 'pos_embed_grid'
     recorded = state_dict.get(grid_key)
     if recorded is not None or prefix + 'pos_embed' in state_dict:
@@ -263,8 +215,7 @@ def _take_source_grid(model, state_dict, prefix) -> Optional[Tuple[int, ...]]:
 
 
 def _pos_embed_table(state_dict, key) -> torch.Tensor:
-    """The incoming position embedding as a (1, N, C) table (converters may write it without the batch
-    axis)."""
+    """The incoming position embedding as a (1, N, C) table."""
     table = state_dict[key]
     return table.unsqueeze(0) if table.dim() == 2 else table
 
@@ -286,19 +237,20 @@ def _resize_pos_embed(model, state_dict, key, table, old_grid, mode, mode_source
 def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str = '') -> List[str]:
     """Adapt ``state_dict`` in place so that its ``prefix`` part loads into ``model``.
 
+    Takes a whole model's ``backbone.`` part, renames mmpretrain keys, refuses another architecture,
+    resizes the patch kernel, the relative position tables and ``pos_embed`` (with the recorded resize
+    mode, else ``model.pos_embed_load_mode``). See docs/checkpoints.md#every-loading-path.
+
     Args:
-        model (ViT): The receiving backbone (needs ``pos_embed``, ``pos_embed_grid``, ``patch_grid``,
-            ``num_prefix_tokens``, ``pos_embed_load_mode``, ``embed_dims``, ``num_layers``,
-            ``patch_embed.proj``).
+        model (ViT): The receiving backbone.
         state_dict (dict): Incoming weights; modified in place.
-        prefix (str): Key prefix of the backbone inside ``state_dict`` (e.g. 'backbone.'). Defaults
-            to ''.
+        prefix (str): Key prefix of the backbone inside ``state_dict`` (e.g. 'backbone.').
 
     Returns:
         list[str]: One message per change made (already logged).
 
     Raises:
-        ValueError: the weights belong to another architecture, a whole model's backbone part is
+        ValueError: The weights belong to another architecture, a whole model's backbone part is
             ambiguous, or the source grid of a non-square table cannot be inferred.
     """
     key = prefix + 'pos_embed'

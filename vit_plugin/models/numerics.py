@@ -1,25 +1,6 @@
-"""A ViT's numerics and the records of them that checkpoints carry: what loading does with each.
+"""A ViT's numerics (GELU, LayerNorm eps, input normalisation) and what loading does with their records.
 
-Three settings change the function a ViT's weights compute, or what inputs they expect, without
-changing a tensor's shape: the MLP's GELU (exact, or the tanh approximation of the official Flax
-model), the LayerNorm epsilon (1e-6 in the official model, 1e-12 in ``transformers``' ports) and the
-input normalisation the weights were trained with (the official release: mean = std = 127.5). The
-backbone's keywords ``gelu_approximate``, ``norm_eps`` and ``expected_input_norm`` declare them, and
-checkpoints may record them (:mod:`vit_plugin.checkpoint.records`: our converters write them, our
-models save them again).
-
-:func:`apply_checkpoint_numerics` is the load step that compares the records with the model, after the
-layout adapter (:func:`vit_plugin.models.load_adapt.adapt_vit_state_dict`), as the backbone's second
-load-state-dict pre-hook. The backbone keyword ``checkpoint_numerics`` says what a record that differs
-from the model does (:data:`CHECKPOINT_NUMERICS`):
-
-* ``'from_checkpoint'`` (default): the model runs the record's value, one warning line per change
-  naming the keyword that pins the config's value instead;
-* ``'keep'``: the model keeps its own; one line lists the records left unused;
-* ``'error'``: a ``ValueError`` naming the keywords and both values.
-
-A record equal to the model changes nothing and logs nothing. Every record is consumed (it is no
-weight). See docs/checkpoints.md#numerics-records.
+See docs/checkpoints.md#numerics-records.
 """
 import logging
 import struct
@@ -43,8 +24,8 @@ def parse_input_norm(value: Union[None, dict, Sequence]) -> Optional[InputNorm]:
     """``expected_input_norm`` as the model keeps it: ``((mean,) * 3, (std,) * 3)`` in 0..255 units.
 
     Args:
-        value (dict | sequence | None): ``dict(mean=[...], std=[...])`` (a data preprocessor's values),
-            a ``(mean, std)`` pair, or None (not declared).
+        value (dict | sequence | None): ``dict(mean=[...], std=[...])``, a ``(mean, std)`` pair, or
+            None (not declared).
     """
     if value is None:
         return None
@@ -74,26 +55,19 @@ def _layer_norms(model) -> List[nn.LayerNorm]:
 
 
 def record_gelu(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: record the tanh GELU with the weights.
-
-    The weights then carry the activation they were trained with to every later load (``tools/test.py``
-    builds the model from a config that may say exact GELU, and does not run ``init_cfg``). Exact
-    GELU, PyTorch's default, is not recorded, so such a model's state dict is unchanged.
-    """
+    """State-dict post-hook: record the tanh GELU with the weights (exact GELU needs no record)."""
     if any(gelu.approximate == 'tanh' for gelu in _gelus(model)):
         state_dict[prefix + GELU_KEY] = encode_gelu('tanh')
 
 
 def record_norm_eps(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: keep the LayerNorm epsilon a checkpoint recorded (and the
-    model runs) with the weights, so that later loads run the same function."""
+    """State-dict post-hook: save again the LayerNorm eps a checkpoint recorded."""
     if model.recorded_norm_eps is not None:
         state_dict[prefix + NORM_EPS_KEY] = encode_norm_eps(model.recorded_norm_eps)
 
 
 def record_input_norm(model, state_dict, prefix, local_metadata) -> None:
-    """State-dict post-hook of the backbone: keep the input normalisation its weights expect (declared
-    by ``expected_input_norm`` or read from a checkpoint) with the weights, through fine-tuning and back."""
+    """State-dict post-hook: save the input normalisation the weights expect."""
     if model.expected_input_norm is not None:
         state_dict[prefix + NORM_KEY] = encode_input_norm(*model.expected_input_norm)
 
@@ -115,17 +89,16 @@ def apply_checkpoint_numerics(model, state_dict: Dict[str, torch.Tensor], prefix
 
     Args:
         model (ViT): The receiving backbone.
-        state_dict (dict): Incoming weights, already adapted to the model's layout; the records
-            (``gelu_approximate``, ``layer_norm_eps``, ``input_normalization``) are removed from it.
+        state_dict (dict): Incoming weights, already adapted; the records are removed from it.
         prefix (str): Key prefix of the backbone inside ``state_dict``. Defaults to ''.
-        policy (str, optional): One of :data:`CHECKPOINT_NUMERICS`. Defaults to None: the model's
+        policy (str, optional): One of :data:`CHECKPOINT_NUMERICS`. Defaults to the model's
             ``checkpoint_numerics``.
 
     Returns:
         list[str]: One line per change made (already logged, as warnings).
 
     Raises:
-        ValueError: under ``'error'``, a record differs from the model (the message names the keywords).
+        ValueError: Under ``'error'``, a record differs from the model.
     """
     policy = model.checkpoint_numerics if policy is None else policy
     name = type(model).__name__

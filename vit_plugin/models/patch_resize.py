@@ -1,19 +1,6 @@
 """Resizing a patch-embedding kernel to another patch size (FlexiViT's pseudo-inverse resize).
 
-A patch-embedding kernel ``w`` turns a patch ``x`` into ``<x, w>`` (per output channel). If patches
-of the new size are obtained by resizing old-size patches with a linear map ``B`` (bilinear
-interpolation), the new kernel should satisfy ``<B x, w_new> = <x, w>`` for every old patch ``x``,
-i.e. ``B^T w_new = w``. FlexiViT (Beyer et al., CVPR 2023) takes the least-norm / least-squares
-solution ``w_new = pinv(B^T) w``:
-
-* growing the patch (e.g. /16 -> /32): ``B^T`` has full row rank, so the token of an upsampled patch
-  equals the token of the original patch exactly;
-* shrinking the patch (e.g. /16 -> /8): the equality holds exactly for every old patch in the row
-  space of ``B`` (with bilinear 2x downsampling these are the patches made of 2x2 constant blocks,
-  i.e. nearest-neighbour upsampled small patches) and in the least-squares sense otherwise.
-
-This lets a /16 checkpoint start a /8 or /32 model (``ViT``'s load-state-dict pre-hook and the
-converters call :func:`resize_patch_embed`).
+See docs/checkpoints.md#every-loading-path.
 """
 from functools import lru_cache
 from typing import Sequence, Tuple, Union
@@ -54,18 +41,17 @@ def resize_patch_embed(weight: torch.Tensor,
                        new_size: Union[int, Sequence[int]],
                        mode: str = 'bilinear',
                        antialias: bool = False) -> torch.Tensor:
-    """Pseudo-inverse resize of a patch-embedding kernel.
+    """Pseudo-inverse resize of a patch-embedding kernel: ``w_new = pinv(B^T) w``.
 
     Args:
-        weight (Tensor): Kernel of shape (out_channels, in_channels, kh, kw).
+        weight (Tensor): Kernel (out_channels, in_channels, kh, kw).
         new_size (int | tuple[int, int]): New patch size (kh', kw').
-        mode (str): The interpolation that relates patches of the two sizes, one of
-            :data:`PATCH_RESIZE_MODES`. Defaults to 'bilinear' (FlexiViT's choice).
-        antialias (bool): Whether that interpolation anti-aliases when shrinking. Defaults to False.
+        mode (str): The interpolation ``B`` relating patches of the two sizes, one of
+            :data:`PATCH_RESIZE_MODES`. Defaults to 'bilinear'.
+        antialias (bool): Whether ``B`` anti-aliases when shrinking. Defaults to False.
 
     Returns:
-        Tensor: Kernel of shape (out_channels, in_channels, kh', kw'), same dtype and device. The
-        solve runs in float64.
+        Tensor: Kernel (out_channels, in_channels, kh', kw'), same dtype and device (solved in float64).
     """
     if mode not in PATCH_RESIZE_MODES:
         raise ValueError(f'unknown patch-embedding resize mode {mode!r}; choose one of {PATCH_RESIZE_MODES}')

@@ -1,10 +1,6 @@
 """Resizing learned 1D position embeddings as the 2D patch grid they index.
 
-The paper injects 2D structure into ViT only in two places: cutting the image into patches, and
-interpolating the position embeddings "in 2D, according to their location in the original image" when
-fine-tuning at a resolution other than the pre-training one. This module is the one home of that
-interpolation; the backbone, its load-state-dict pre-hook, the runner hooks and the checkpoint
-converters all call :func:`resize_pos_embed`.
+The one home of that interpolation. See docs/checkpoints.md#position-embedding-resize.
 """
 import math
 from typing import Optional, Sequence, Tuple, Union
@@ -40,17 +36,15 @@ def to_2tuple(value: Union[int, Sequence[int]]) -> Grid:
 
 
 def infer_grid(num_patches: int, grid: Optional[Sequence[int]] = None, what: str = 'pos_embed') -> Grid:
-    """Return the (rows, cols) grid of a table of ``num_patches`` patch embeddings.
+    """The (rows, cols) grid of a table of ``num_patches`` patch embeddings.
 
     Args:
-        num_patches (int): Number of patch entries (class/extra tokens excluded).
-        grid (tuple[int, int], optional): The grid if known (e.g. from checkpoint metadata). It is
-            checked against ``num_patches``. Defaults to None, which infers a square grid.
+        num_patches (int): Number of patch entries (prefix tokens excluded).
+        grid (tuple[int, int], optional): The grid if known; checked. None: a square grid.
         what (str): Name used in error messages, e.g. the state-dict key. Defaults to 'pos_embed'.
 
     Raises:
-        ValueError: if ``grid`` does not match, or if no grid was given and ``num_patches`` is not a
-            perfect square (a non-square table cannot be inferred unambiguously).
+        ValueError: ``grid`` does not match, or none was given and ``num_patches`` is not square.
     """
     if grid is not None:
         grid = to_2tuple(grid)
@@ -75,24 +69,17 @@ def resize_pos_embed(pos_embed: torch.Tensor,
                      mode: str = 'bicubic',
                      antialias: bool = False,
                      compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Resize a position-embedding table to a new patch grid.
-
-    The class token (and any other prefix tokens) is split off and kept unchanged; the remaining
-    entries are laid out row-major on ``old_grid``, interpolated to ``new_grid`` and flattened back.
+    """Resize a position-embedding table to a new patch grid; prefix entries are kept.
 
     Args:
-        pos_embed (Tensor): Shape (1, num_prefix_tokens + rows*cols, D) or (num_prefix + rows*cols, D).
+        pos_embed (Tensor): (1, num_prefix_tokens + rows*cols, D) or (num_prefix + rows*cols, D).
         new_grid (int | tuple[int, int]): Target (rows, cols).
-        old_grid (tuple[int, int], optional): Source (rows, cols). Defaults to None: inferred when the
-            table is square, an error otherwise.
-        num_prefix_tokens (int): Leading entries that are not patches (1 for the class token, 0 for
-            gap models). Defaults to 1.
+        old_grid (tuple[int, int], optional): Source (rows, cols). None: inferred when square.
+        num_prefix_tokens (int): Leading entries that are not patches. Defaults to 1.
         mode (str): One of :data:`RESIZE_MODES`. Defaults to 'bicubic'.
         antialias (bool): Anti-alias when shrinking (bilinear/bicubic only). Defaults to False.
-        compute_dtype (torch.dtype): Least precision of the interpolation (a float64 table is always
-            resized in float64). Defaults to float32 (fast, fine for the on-the-fly resize in forward).
-            Loading paths pass float64: the official loader's scipy zoom computes in double precision,
-            and float32 index arithmetic alone deviates from it by ~2e-6.
+        compute_dtype (torch.dtype): Least precision of the interpolation; loading paths pass
+            float64 (as scipy). Defaults to float32.
 
     Returns:
         Tensor: Same dtype, device and rank as ``pos_embed``.

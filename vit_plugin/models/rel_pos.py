@@ -1,13 +1,7 @@
 """Decomposed relative position bias (MViTv2), the attention bias ViTDet adds to a detection ViT.
 
-The bias of query patch (i, j) for key patch (k, l) is ``q . Rh[i - k] + q . Rw[j - l]``: one learned
-(2S - 1, head_dims) table per axis, indexed by the signed offset along that axis. Tables are sized for
-the grid they were made for (a window, or the pre-training patch grid for global blocks) and are
-resized linearly along the offset axis when a block sees another grid, in the forward pass and when
-a checkpoint of another size is loaded. ViTDet starts them at zero, so a paper checkpoint fine-tuned
-with them computes exactly what it did before until the tables learn.
-
-Only patch tokens have positions: the rows and columns of class/prefix tokens get no bias.
+Bias of query patch (i, j) for key (k, l): ``q . Rh[i - k] + q . Rw[j - l]``; prefix tokens get
+none. See docs/detection.md.
 """
 from typing import Tuple
 
@@ -37,9 +31,7 @@ def rel_pos_embeddings(table: torch.Tensor, size: int, span: int = 0) -> torch.T
     Args:
         table (Tensor): (L, C) learned table.
         size (int): Positions along the axis.
-        span (int): Positions the table covers (it is resized to ``2 * span - 1`` entries); offsets
-            beyond it are clamped (used only for pairs that are masked anyway, e.g. two patches of
-            different windows in a dense map). Defaults to 0: ``span = size``.
+        span (int): Positions the table covers; longer offsets are clamped. 0: ``size``.
     """
     span = span or size
     table = resize_rel_pos_table(table, 2 * span - 1)
@@ -53,14 +45,13 @@ def decomposed_rel_pos_bias(q: torch.Tensor, table_h: torch.Tensor, table_w: tor
     """Attention bias of patch queries over patch keys of the same grid.
 
     Args:
-        q (Tensor): (..., rows * cols, C) queries of the patches (before the 1/sqrt(C) scaling).
-        table_h (Tensor): (Lh, C) table of vertical offsets.
-        table_w (Tensor): (Lw, C) table of horizontal offsets.
+        q (Tensor): (..., rows * cols, C) patch queries (before the 1/sqrt(C) scaling).
+        table_h, table_w (Tensor): (L, C) tables of vertical and horizontal offsets.
         grid (tuple[int, int]): (rows, cols) of the patches, row-major in ``q``.
-        span (tuple[int, int]): See :func:`rel_pos_embeddings`. Defaults to (0, 0): the grid.
+        span (tuple[int, int]): See :func:`rel_pos_embeddings`. Defaults to (0, 0).
 
     Returns:
-        Tensor: (..., rows * cols, rows * cols) bias to add to the attention logits.
+        Tensor: (..., rows * cols, rows * cols) bias for the attention logits.
     """
     rows, cols = grid
     emb_h = rel_pos_embeddings(table_h, rows, span[0]).to(q.dtype)  # (rows, rows, C)

@@ -1,24 +1,6 @@
-"""The ResNet feature extractor of the paper's hybrid models (R50+ViT, R+Ti).
+"""The ResNet feature extractor of the paper's hybrid models (R50+ViT, R+Ti), as the official one.
 
-It follows the official JAX model (``models_resnet.py`` of google-research/vision_transformer): a BiT
-style ResNet v2 *without* pre-activation, i.e.
-
-* every convolution is weight-standardised, ``(w - mean) / (std + 1e-5)`` over (in, kh, kw) with the
-  biased std, and has no bias;
-* every convolution and the max-pool use TensorFlow's 'SAME' padding (asymmetric for stride 2: the
-  extra row/column goes to the bottom/right), which PyTorch's symmetric ``padding=k // 2`` does not
-  reproduce;
-* GroupNorm with 32 groups and eps 1e-6 (the Flax default) after every convolution;
-* post-activation bottlenecks ``relu(shortcut + gn3(conv3(...)))`` whose ``gn3`` scale starts at zero,
-  so each unit is the identity on its residual path at initialisation;
-* a 7x7/2 root convolution, a 3x3/2 max-pool and stages of bottlenecks whose first unit has stride 2
-  (stride 1 in the first stage) and a projection shortcut.
-
-Module and parameter names equal timm's ``ResNetV2`` (``stem.conv``, ``stem.norm``,
-``stages.S.blocks.U.{conv1,norm1,conv2,norm2,conv3,norm3,downsample.conv,downsample.norm}``), so weights
-move between the two by a plain copy. The official names map as ``conv_root -> stem.conv``,
-``gn_root -> stem.norm``, ``block{S+1}/unit{U+1}/conv{i},gn{i} -> stages.S.blocks.U.conv{i},norm{i}`` and
-``conv_proj, gn_proj -> downsample.conv, downsample.norm``.
+Names equal timm's ``ResNetV2``. Architecture and name map: docs/backbone.md#r50vit-hybrid.
 """
 import math
 from typing import Sequence, Tuple
@@ -29,11 +11,7 @@ import torch.nn.functional as F
 
 
 def same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
-    """TensorFlow 'SAME' padding (before, after) of one spatial dimension.
-
-    The output has ``ceil(size / stride)`` entries; when the total padding is odd the extra entry goes
-    after (bottom/right).
-    """
+    """TensorFlow 'SAME' padding (before, after) of one dimension; the odd entry goes after."""
     total = max((math.ceil(size / stride) - 1) * stride + kernel - size, 0)
     return total // 2, total - total // 2
 
@@ -49,11 +27,7 @@ def pad_same(x: torch.Tensor, kernel: Tuple[int, int], stride: Tuple[int, int],
 
 
 def standardize_weight(weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """Official weight standardisation: ``(w - mean) / (std + eps)`` per output channel.
-
-    Mean and (biased) std are taken over the input-channel and kernel axes. timm instead uses
-    ``(w - mean) / sqrt(var + 1e-8)``; the two agree when ``std >> eps``.
-    """
+    """Official weight standardisation ``(w - mean) / (std + eps)`` over (in, kh, kw), biased std."""
     std, mean = torch.std_mean(weight, dim=(1, 2, 3), unbiased=False, keepdim=True)
     return (weight - mean) / (std + eps)
 
@@ -62,8 +36,7 @@ class StdConv2dSame(nn.Conv2d):
     """Bias-free, weight-standardised convolution with TF 'SAME' padding.
 
     Args:
-        in_channels (int): Input channels.
-        out_channels (int): Output channels.
+        in_channels, out_channels (int): Channels.
         kernel_size (int): Square kernel size.
         stride (int): Defaults to 1.
         eps (float): Added to the weight std. Defaults to 1e-5 (official).
@@ -83,11 +56,10 @@ class StdConv2dSame(nn.Conv2d):
 
 
 class MaxPool2dSame(nn.Module):
-    """Max-pool with TF 'SAME' padding (padded entries are -inf, so they never win).
+    """Max-pool with TF 'SAME' padding (padded entries are -inf).
 
     Args:
-        kernel_size (int): Defaults to 3.
-        stride (int): Defaults to 2.
+        kernel_size, stride (int): Defaults to 3 and 2.
     """
 
     def __init__(self, kernel_size: int = 3, stride: int = 2):
@@ -111,11 +83,8 @@ class ResNetStem(nn.Module):
     """Root block: StdConv 7x7/2 -> GroupNorm -> ReLU -> max-pool 3x3/2, all 'SAME' (stride 4).
 
     Args:
-        in_channels (int): Defaults to 3.
-        out_channels (int): Defaults to 64.
-        num_groups (int): GroupNorm groups. Defaults to 32.
-        norm_eps (float): GroupNorm eps. Defaults to 1e-6.
-        ws_eps (float): Weight-standardisation eps. Defaults to 1e-5.
+        in_channels, out_channels (int): Defaults to 3 and 64.
+        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
     """
 
     def __init__(self, in_channels: int = 3, out_channels: int = 64, num_groups: int = 32, norm_eps: float = 1e-6,
@@ -144,17 +113,13 @@ class Downsample(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """Post-activation bottleneck unit: ``relu(shortcut + gn3(conv3(relu(gn2(conv2(relu(gn1(conv1(x)))))))))``.
-
-    The stride sits on the 3x3 convolution, as in the official model.
+    """Post-activation bottleneck unit ``relu(shortcut + gn3(conv3(...)))``, stride on the 3x3 conv.
 
     Args:
         in_channels (int): Input channels.
         width (int): Bottleneck width F; the unit outputs 4F channels.
         stride (int): Stride of the 3x3 conv and of the projection. Defaults to 1.
-        num_groups (int): GroupNorm groups. Defaults to 32.
-        norm_eps (float): GroupNorm eps. Defaults to 1e-6.
-        ws_eps (float): Weight-standardisation eps. Defaults to 1e-5.
+        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
     """
 
     def __init__(self, in_channels: int, width: int, stride: int = 1, num_groups: int = 32, norm_eps: float = 1e-6,
@@ -194,19 +159,13 @@ class ResNetStage(nn.Module):
 
 
 class ResNetV2Stages(nn.Module):
-    """The hybrid's ResNet: the root block then stages of width ``64 * width_factor * 2**s``.
-
-    The first stage keeps the resolution, every later one halves it, so the (3, 4, 9) layout of
-    R50+ViT-B/16 reduces the image 16 times and ends with 1024 channels.
+    """The hybrid's ResNet: the root block, then stages of width ``64 * width_factor * 2**s``.
 
     Args:
-        layers (Sequence[int]): Units per stage, e.g. (3, 4, 9); must not be empty (the stem-only
-            variant uses :class:`ResNetStem` alone).
+        layers (Sequence[int]): Units per stage, e.g. (3, 4, 9); not empty.
         in_channels (int): Defaults to 3.
         width_factor (int): Multiplies every width. Defaults to 1.
-        num_groups (int): GroupNorm groups. Defaults to 32.
-        norm_eps (float): GroupNorm eps. Defaults to 1e-6.
-        ws_eps (float): Weight-standardisation eps. Defaults to 1e-5.
+        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
     """
 
     def __init__(self, layers: Sequence[int], in_channels: int = 3, width_factor: int = 1, num_groups: int = 32,
@@ -228,11 +187,7 @@ class ResNetV2Stages(nn.Module):
 
 def build_resnet(layers: Sequence[int], in_channels: int = 3, width_factor: int = 1, num_groups: int = 32,
                  norm_eps: float = 1e-6, ws_eps: float = 1e-5) -> nn.Module:
-    """The stem alone when ``layers`` is empty (R+Ti/16), otherwise stem plus stages (R50: (3, 4, 9)).
-
-    Both carry ``out_channels``; their module names match timm's (``conv``/``norm`` for the bare
-    stem, ``stem.*``/``stages.*`` otherwise).
-    """
+    """The stem alone when ``layers`` is empty (R+Ti/16), else stem plus stages; both set ``out_channels``."""
     kwargs = dict(num_groups=num_groups, norm_eps=norm_eps, ws_eps=ws_eps)
     if len(layers) == 0:
         return ResNetStem(in_channels, 64 * width_factor, **kwargs)

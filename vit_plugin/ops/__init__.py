@@ -1,21 +1,7 @@
 """mmcv's compiled operators for an mmcv without them, and where this process's operators come from.
 
-Both pinned stacks install mmcv's Python code without its compiled extension (``mmcv-lite`` on the
-classic stack, ``onedl-mmcv`` built as a pure wheel on the current one). The operators our
-detectors need (NMS, RoIAlign forward and backward, and on CUDA mmdet's sigmoid focal loss) come from
-torchvision and torch through :mod:`vit_plugin.ops.ext`, which ``import mmcv._ext`` finds when there is
-no compiled ``mmcv._ext`` (see ``_vit_plugin_mmcv_ext``). A compiled mmcv, when installed, is used
-untouched.
-
-- :func:`install` makes that lookup work in this process (``import vit_plugin`` calls it).
-- :func:`ops_source` / :func:`describe` say where the operators come from ("torchvision 0.24.0 (CPU,
-  CUDA 12.8)", "compiled mmcv 2.1.0 (CPU, CUDA 12.8, sm_90)").
-- :func:`check` runs NMS and RoIAlign once through mmcv's wrappers on the CPU and on every visible GPU.
-- :func:`install_startup_hook` writes the ``.pth`` file that installs the lookup at interpreter start,
-  so scripts that import ``mmcv.ops`` or ``mmdet.models`` before ``vit_plugin`` work too.
-
-``python -m vit_plugin.ops`` prints the source and runs the check; ``python -m vit_plugin.ops
-install-hook`` writes the ``.pth`` into the running interpreter's site-packages.
+``python -m vit_plugin.ops`` prints the source and runs :func:`check`. See
+docs/installation.md#where-mmcvs-operators-come-from.
 """
 import ast
 import glob
@@ -46,18 +32,14 @@ MMCV_MISSING = (
 
 
 def install():
-    """Lets ``import mmcv._ext`` find vit_plugin's operators when mmcv has no compiled extension.
-
-    Idempotent. Raises ImportError, saying what to install, when mmcv itself is missing.
-    """
+    """Let ``import mmcv._ext`` find our operators when mmcv has none (idempotent); ImportError without mmcv."""
     if importlib.util.find_spec('mmcv') is None:
         raise ImportError(MMCV_MISSING)
     _hook.install()
 
 
 def mmcv_ext_names(mmcv_root=None):
-    """Every operator name mmcv's Python code asks ``mmcv._ext`` for, read from the sources of the mmcv
-    that would be imported (nothing is imported). A compiled ``mmcv._ext`` defines each of them."""
+    """Every operator name mmcv's Python code asks ``mmcv._ext`` for, read from its sources (nothing imported)."""
     if mmcv_root is None:
         spec = importlib.util.find_spec('mmcv')
         if spec is None:
@@ -87,10 +69,8 @@ def ops_source():
     """Where ``mmcv._ext`` comes from in this process.
 
     Returns:
-        dict: ``kind`` ('provider', 'compiled' or 'missing'), ``file``, ``cuda`` (the CUDA version the
-        kernels were built with, or None), ``archs`` (GPU architectures a compiled mmcv was built for,
-        from the set-up's build record; None when unknown), ``library`` (e.g. 'torchvision 0.24.0') and
-        ``error`` for 'missing'.
+        dict: ``kind`` ('provider', 'compiled' or 'missing'), ``file``, ``cuda`` (or None), ``archs``
+        (compiled mmcv's GPU architectures, or None), ``library`` and, for 'missing', ``error``.
     """
     install()
     try:
@@ -116,8 +96,7 @@ def ops_source():
 
 
 def describe(source=None):
-    """One line for logs, e.g. 'torchvision 0.24.0 (CPU, CUDA 12.8)' or 'compiled mmcv 2.1.0 (CPU, CUDA 12.8,
-    sm_90)'."""
+    """One line for logs, e.g. 'torchvision 0.24.0 (CPU, CUDA 12.8)'."""
     source = source or ops_source()
     if source['kind'] == 'missing':
         return f"none: `import mmcv._ext` fails ({source['error']})"
@@ -145,15 +124,13 @@ def _run_once(device):
 
 
 def check(devices=None):
-    """Runs NMS and RoIAlign (forward and backward) through mmcv's wrappers on the CPU and on each visible
-    GPU, and compares every GPU's results with the CPU's.
+    """Run NMS and RoIAlign (forward and backward) through mmcv's wrappers on the CPU and each GPU.
 
     Returns:
         str: :func:`describe`, plus the GPUs checked.
 
     Raises:
-        RuntimeError: the operators are missing, or fail or disagree on a device; the message says what to
-            do.
+        RuntimeError: Operators missing, failing or disagreeing with the CPU; the message says what to do.
     """
     import torch
     source = ops_source()
@@ -189,12 +166,10 @@ def check(devices=None):
 
 
 def startup_hook_path(site_dir=None):
-    """Where :func:`install_startup_hook` writes the ``.pth`` file (default: this interpreter's
-    site-packages)."""
+    """Where :func:`install_startup_hook` writes the ``.pth`` (default: this interpreter's site-packages)."""
     return osp.join(site_dir or sysconfig.get_paths()['purelib'], _hook.PTH_NAME)
 
 
 def install_startup_hook(site_dir=None):
-    """Writes the ``.pth`` that installs the ``mmcv._ext`` lookup whenever this environment's interpreter
-    starts, so any import order works. Idempotent; returns the file's path."""
+    """Write the ``.pth`` that installs the ``mmcv._ext`` lookup at interpreter start (idempotent); returns its path."""
     return _hook.write_startup_file(site_dir or sysconfig.get_paths()['purelib'])

@@ -1,30 +1,8 @@
-"""The operators of mmcv's compiled extension (``mmcv._ext``) that our models use, from torchvision and
-torch, for an mmcv without compiled code (``mmcv-lite``).
+"""The operators of mmcv's compiled extension that our models use, from torchvision and torch.
 
-When ``import mmcv._ext`` finds no compiled extension, the finder in ``_vit_plugin_mmcv_ext`` loads this
-file *as* ``mmcv._ext``, so mmcv's own Python wrappers (``mmcv.ops.nms``, ``RoIAlign``,
-``sigmoid_focal_loss`` ...) call the functions below with the arguments they pass to the compiled
-functions, and keep working unchanged on top (autograd Functions, ``batched_nms``, ONNX symbolics).
-The file therefore imports nothing but torch, torchvision and the (standard-library) start-up hook module,
-and makes no relative imports; it is also importable as :mod:`vit_plugin.ops.ext` (the tests compare it
-with compiled mmcv that way).
-
-Provided, on CPU and CUDA, forward and backward (mmcv's names and signatures; outputs written into the
-tensors mmcv allocates, as its kernels do):
-
-- ``nms``: torchvision's NMS kernel; same kept indices, in the same (descending score) order, as
-  mmcv's. The threshold is compared in float32, as mmcv does.
-- ``roi_align_forward`` / ``roi_align_backward``: torchvision's RoIAlign kernels (the same Detectron
-  algorithm as mmcv's, ``aligned`` on and off, any ``sampling_ratio``), average pooling.
-- ``sigmoid_focal_loss_forward`` / ``_backward``: mmcv's CUDA kernel formulas in torch, with
-  log-sigmoids (exact for confident logits, where the kernel saturates); compiled mmcv has them on CUDA
-  only, these run on any device.
-- ``get_compiler_version`` / ``get_compiling_cuda_version`` (reported by ``mmcv.utils.collect_env``).
-
-Every other attribute name is an operator this file does not provide: it resolves to a callable that
-raises :class:`MissingCompiledOpError` naming the operator, so ``import mmcv.ops`` (which checks that each
-name exists) succeeds and only a model that really needs, say, deformable convolution stops, with a
-message saying how to get compiled mmcv.
+Loaded *as* ``mmcv._ext`` when mmcv has none, so it imports only torch, torchvision and the start-up
+hook module, without relative imports. Every other attribute raises :class:`MissingCompiledOpError`
+when called. See docs/installation.md#where-mmcvs-operators-come-from.
 """
 import struct
 import sys
@@ -62,8 +40,8 @@ def nms(boxes, scores, iou_threshold, offset=0):
     Args:
         boxes (Tensor): (N, 4) boxes ``x1, y1, x2, y2``.
         scores (Tensor): (N, ) scores.
-        iou_threshold (float): a box overlapping a kept one by more than this is dropped.
-        offset (int): 0, or 1 for the legacy convention where a box is ``x2 - x1 + 1`` wide.
+        iou_threshold (float): A box overlapping a kept one by more than this is dropped.
+        offset (int): 0, or 1 for the legacy ``x2 - x1 + 1`` width.
 
     Returns:
         Tensor: int64 indices into ``boxes``.
@@ -96,8 +74,7 @@ def _check_pool_mode(pool_mode):
 
 
 def _cpu_float(tensor):
-    """torchvision's CPU RoIAlign has float32 and float64 kernels only: fp16 / bf16 maps (CPU autocast) are
-    pooled in float32 and the result cast back by the caller's output tensor."""
+    """fp16 / bf16 maps pooled in float32 (torchvision has no CPU kernel for them)."""
     if tensor.device.type == 'cpu' and tensor.dtype not in (torch.float32, torch.float64):
         return tensor.float()
     return tensor
@@ -105,10 +82,9 @@ def _cpu_float(tensor):
 
 def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height, aligned_width, spatial_scale,
                       sampling_ratio, pool_mode, aligned):
-    """RoIAlign forward into ``output`` (mmcv's ``ext_module.roi_align_forward``).
+    """RoIAlign forward into ``output`` (mmcv's ``ext_module.roi_align_forward``), average pooling.
 
-    ``rois`` is (K, 5): batch index, x1, y1, x2, y2 in input-image coordinates, scaled by
-    ``spatial_scale``. ``argmax_y`` / ``argmax_x`` belong to max pooling, which is not provided.
+    ``rois`` is (K, 5): batch index, x1, y1, x2, y2 in image coordinates, scaled by ``spatial_scale``.
     """
     _check_pool_mode(pool_mode)
     input = _cpu_float(input)
@@ -121,11 +97,7 @@ def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height, a
 
 def roi_align_backward(grad_output, rois, argmax_y, argmax_x, grad_input, aligned_height, aligned_width,
                        spatial_scale, sampling_ratio, pool_mode, aligned):
-    """Adds the input gradient of RoIAlign to ``grad_input`` (mmcv's ``ext_module.roi_align_backward``).
-
-    With ``torch.use_deterministic_algorithms(True)`` the gradient of a CUDA map is computed by the CPU
-    kernel (deterministic, slower) instead of the CUDA one, whose atomic adds are not.
-    """
+    """Add RoIAlign's input gradient to ``grad_input`` (deterministic CPU kernel under deterministic mode)."""
     _check_pool_mode(pool_mode)
     grad_output = _cpu_float(grad_output)
     batch, channels, height, width = grad_input.shape
@@ -162,13 +134,10 @@ def _focal_parts(input, target, weight):
 
 
 def sigmoid_focal_loss_forward(input, target, weight, output, gamma, alpha):
-    """Element-wise sigmoid focal loss into ``output`` (mmcv's CUDA kernel, on any device).
+    """Element-wise sigmoid focal loss into ``output`` (mmcv's CUDA kernel formulas, any device).
 
-    ``target`` holds a class index per row; ``num_classes`` (one past the last class) is background.
-    mmcv's kernel computes ``log(max(p, FLT_MIN))`` and ``log(max(1 - p, FLT_MIN))``; here ``log p`` and
-    ``log(1 - p)`` are log-sigmoids and ``1 - p`` is ``sigmoid(-x)``: the same values where float32 can
-    hold them, and the exact loss (as mmdet's PyTorch version gives) for confident logits (``|x| > 17``)
-    where ``1 - p`` rounds to 0 and the kernel's loss saturates.
+    ``target`` holds a class index per row; ``num_classes`` is background. Log-sigmoids keep the
+    loss exact for confident logits.
     """
     x, positive, row_weight = _focal_parts(input, target, weight)
     p, q = torch.sigmoid(x), torch.sigmoid(-x)  # q = 1 - p
@@ -180,8 +149,7 @@ def sigmoid_focal_loss_forward(input, target, weight, output, gamma, alpha):
 
 
 def sigmoid_focal_loss_backward(input, target, weight, grad_input, gamma, alpha):
-    """The loss's derivative with respect to the logits into ``grad_input`` (mmcv's CUDA kernel's formula,
-    with the log-sigmoids of the forward)."""
+    """The loss's derivative with respect to the logits into ``grad_input``."""
     x, positive, row_weight = _focal_parts(input, target, weight)
     p, q = torch.sigmoid(x), torch.sigmoid(-x)
     log_p, log_q = F.logsigmoid(x), F.logsigmoid(-x)

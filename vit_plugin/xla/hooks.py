@@ -1,7 +1,4 @@
-"""Hooks of the XLA training path: deferred logging and the recompilation guard.
-
-Both are installed by the XLA train loops (:mod:`vit_plugin.xla.loops`); configs do not list them.
-"""
+"""Hooks of the XLA training path, installed by the XLA train loops: deferred logging, recompilation guard."""
 import json
 import logging
 import os.path as osp
@@ -26,14 +23,9 @@ def _logger_interval(runner) -> int:
 
 @HOOKS.register_module()
 class XLARuntimeInfoHook(RuntimeInfoHook):
-    """RuntimeInfoHook that moves the logged losses to the host every N iterations, not every step.
+    """RuntimeInfoHook that moves logged losses to the host in one batch when a logger or checkpoint reads them.
 
-    mmengine's RuntimeInfoHook calls ``.item()`` on every loss of every iteration: on an XLA device
-    each call is a device-to-host transfer that stalls the pipeline. This hook keeps the (already
-    computed) device scalars of the last iterations and transfers them in one batch when a logger
-    or a checkpoint is about to read them -- at the logger interval, the end of an epoch, the last
-    iteration and before a checkpoint is saved. The message hub then holds exactly the values it
-    would hold with the stock hook, in the same order, so smoothing windows and logs are unchanged.
+    The message hub ends up with the same values, in the same order, as with mmengine's hook.
     """
 
     priority = 'VERY_HIGH'
@@ -95,25 +87,14 @@ _CAUSE_UNKNOWN = ('no input-shape change or graph cut was seen; a Python value t
 
 @HOOKS.register_module()
 class XLARecompileGuardHook(Hook):
-    """Counts XLA graph compilations and warns when a steady-state training step recompiles.
+    """Counts XLA graph compilations and warns, naming the likely cause, when a steady-state step recompiles.
 
-    The first ``warmup_iters`` iterations of a run compile the step's graphs (the first optimizer
-    step differs from later ones because it creates the optimizer state, and gradient accumulation
-    adds one graph per phase). After that every iteration should reuse a cached graph; each
-    compilation costs seconds to minutes on a TPU and usually repeats, so the hook warns at once,
-    naming the likely cause: a change of input shapes, a graph cut by a host transfer inside the
-    step, or ops that fell back to the host. Validation runs are excluded.
-
-    At the end of training it logs, and writes to ``<log_dir>/xla_summary.json``: graphs compiled
-    during warm-up and afterwards, total compile time, the steady-state time per iteration and the
-    most graph executions seen in one steady-state iteration (1 when nothing cuts the step).
+    At the end of training it logs and writes ``<log_dir>/xla_summary.json``. See docs/scaling.md.
 
     Args:
-        warmup_iters (int): Iterations (counted from the start of this run, also after resuming)
-            allowed to compile: 3 without gradient accumulation; with accumulation over ``k``
-            iterations, ``2 * k + 1`` (the XLA train loops set this). Defaults to 3.
-        max_warnings (int): Warnings to emit before going quiet (the count keeps going).
-            Defaults to 5.
+        warmup_iters (int): Iterations of this run allowed to compile: 3, or ``2 * k + 1`` with
+            gradient accumulation over ``k``. Defaults to 3.
+        max_warnings (int): Warnings before going quiet (the count goes on). Defaults to 5.
     """
 
     priority = 'VERY_HIGH'

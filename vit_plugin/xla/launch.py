@@ -1,11 +1,6 @@
 """Turning an ordinary mmpretrain / vit_plugin config into an XLA run, and launching it.
 
-``tools/train.py CONFIG --launcher xla`` calls :func:`launch_training`, which starts one training
-process per XLA device with ``torch_xla.launch`` (one process on a CPU host or a single-chip device;
-e.g. four on a v4-8 TPU VM, one per chip). Each process plans its run
-(:func:`vit_plugin.engine.plan.plan_run`) once it knows the number of replicas, with
-:class:`XLAConversion` as the plan's device conversion, applies the plan and builds the runner. The
-config itself needs no XLA-specific edits.
+One training process per XLA device (``torch_xla.launch``), each planning its run. See docs/scaling.md.
 """
 import copy
 from dataclasses import dataclass
@@ -51,18 +46,13 @@ def _xla_loop(edits: ConfigEdits, key: str, default: str, table: dict) -> None:
 class XLAConversion:
     """The run plan's conversion of a training config to XLA devices, through mmengine's FlexibleRunner.
 
-    Sets ``runner_type='FlexibleRunner'`` (``'vit_plugin.FlexibleRunner'`` for a config that names
-    ``vit_plugin.Runner``), ``strategy=vit_plugin.XLAStrategy`` and ``launcher``, swaps the
-    train / val / test loops for their XLA versions, the optimizer wrapper for
-    ``vit_plugin.XLAOptimWrapper`` (``AmpOptimWrapper`` becomes bf16 autocast), and sets
-    ``drop_last=True`` on the train dataloader so every batch has the same shape.
+    Runner, ``vit_plugin.XLAStrategy``, XLA loops, ``vit_plugin.XLAOptimWrapper`` and ``drop_last=True``.
 
     Args:
-        bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
-        spmd (bool): One process for all devices, batch and parameters split over a device mesh
-            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`); the
-            backbone is checked on the meta device when the plan is applied. Defaults to False.
+        bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
+        spmd (bool): One process for all devices (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
+            Defaults to False.
     """
     bf16: bool = False
     spmd: bool = False
@@ -73,7 +63,7 @@ class XLAConversion:
         """Record the conversion on ``edits``; ``env.launcher`` becomes the config's ``launcher``.
 
         Raises:
-            ValueError: what cannot run on XLA (a runner, strategy, loop or optimizer wrapper).
+            ValueError: A runner, strategy, loop or optimizer wrapper that cannot run on XLA.
         """
         runner_type = _strip(edits.get('runner_type'))
         if runner_type not in (None, 'Runner', 'FlexibleRunner', *_VIT_PLUGIN_RUNNERS):
@@ -112,8 +102,7 @@ class XLAConversion:
                 _xla_loop(edits, key, default, _EVAL_LOOPS)
 
     def check(self, cfg: Config) -> None:
-        """With ``layer_scan``: refuse, before any process trains, a backbone whose blocks cannot run as one
-        scan (built on the meta device: no memory, no weights)."""
+        """With ``layer_scan``: refuse a backbone that cannot scan (built on the meta device)."""
         backbone = (cfg.get('model') or {}).get('backbone') or {}
         if not self.layer_scan or type_name(backbone) not in ('ViT', 'HybridViT'):
             return
@@ -129,32 +118,27 @@ def xla_env(launcher: str, world_size: Optional[int] = None, rank_zero: bool = T
 
 
 def plan_xla_run(cfg: Config, env: RunEnv, bf16: bool = False, spmd: bool = False, layer_scan: bool = False):
-    """The run plan of ``cfg`` on XLA devices: every step for a config that names one of vit_plugin's
-    runners, else the global batch, the guarded optimizer wrapper and the conversion only (as mmengine's FlexibleRunner trains it)."""
+    """The run plan of ``cfg`` on XLA devices (all steps for vit_plugin's runners, else the XLA essentials)."""
     steps = None if names_vit_plugin_runner(cfg) else ('global_batch', 'nonfinite_guard', 'conversion')
     return plan_run(cfg, env, conversion=XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan), steps=steps)
 
 
 def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False,
                   layer_scan: bool = False) -> Config:
-    """Return a copy of ``cfg`` that trains on XLA devices through mmengine's FlexibleRunner: the
-    :class:`XLAConversion` step of the run plan, with the optimizer wrapper guarded as
-    ``default_hooks.nonfinite_guard`` says, applied.
+    """A copy of ``cfg`` that trains on XLA devices: the :class:`XLAConversion` step applied.
 
     Args:
-        cfg (Config): A training config (as for ``tools/train.py``).
-        launcher (str): ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'`` (this process only, no
-            process group). Defaults to ``'xla'``.
-        bf16 (bool): Also run forward passes under bf16 autocast. Defaults to False.
-        spmd (bool): One process for all devices (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
-            Defaults to False.
+        cfg (Config): A training config.
+        launcher (str): ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'``. Defaults to ``'xla'``.
+        bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
+        spmd (bool): One process for all devices. Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop. Defaults to False.
 
     Returns:
         Config: The converted config.
 
     Raises:
-        ValueError: what cannot run on XLA.
+        ValueError: What cannot run on XLA.
     """
     conversion = XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan)
     return plan_run(cfg, xla_env(launcher), conversion=conversion, steps=('nonfinite_guard', 'conversion')).apply(cfg)
@@ -162,8 +146,7 @@ def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: 
 
 def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
                   prepare: Optional[Callable], spmd: bool = False, layer_scan: bool = False) -> None:
-    """Body of each process started by ``torch_xla.launch``: plan the run for the replicas, apply the plan,
-    build the runner and train."""
+    """Body of each process of ``torch_xla.launch``: plan, apply, build the runner, train."""
     from mmengine.registry import RUNNERS
     from mmengine.utils import import_modules_from_strings
 
@@ -185,23 +168,16 @@ def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable]
                     spmd: bool = False, layer_scan: bool = False) -> None:
     """Train ``cfg`` on every local XLA device, one process each (``torch_xla.launch``).
 
-    Must run before anything in this process touches the XLA device (torch_xla refuses to spawn
-    from an initialised runtime) and before any CPU backward pass (pytorch/xla#4174). Under
-    ``torchrun``, and with ``PJRT_DEVICE=CPU`` (one replica), the current process trains directly.
-    Each process plans the run (:func:`plan_xla_run`) once the number of replicas is known, and builds
-    the runner from the planned config.
+    Call it before this process touches the XLA device or runs a CPU backward pass. Under torchrun or
+    ``PJRT_DEVICE=CPU`` this process trains directly.
 
     Args:
         cfg (Config): The training config (not yet converted).
         bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
-        prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process on the
-            config before it is planned (the plan applies ``global_batch_size`` itself). Must be
-            importable (it is pickled by name). Defaults to None.
-        spmd (bool): SPMD mode: this process alone drives every device of the host, with the
-            config's batch as the global batch split over them and FSDPv2-sharded parameters
-            (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
+        prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process
+            before planning; importable (pickled by name).
+        spmd (bool): One process drives every device of the host (:mod:`~vit_plugin.xla.spmd`).
         layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
-            Defaults to False.
     """
     import torch.distributed as dist
 

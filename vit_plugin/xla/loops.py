@@ -1,13 +1,6 @@
-"""Train / val / test loops for XLA devices.
+"""Train / val / test loops for XLA devices: ``MpDeviceLoader`` batches, one ``sync`` per step, deferred logs.
 
-They differ from mmengine's loops in three ways:
-
-* batches come through torch_xla's ``MpDeviceLoader`` (a background thread uploads the next batches
-  while the device computes), wrapped in :class:`DeviceLoader` so samplers still get ``set_epoch``;
-* each iteration ends with exactly one ``torch_xla.sync()`` right after ``train_step``, so the
-  forward pass, backward pass and optimizer update form one graph, and hooks see computed values;
-* logging is deferred (:class:`~vit_plugin.xla.hooks.XLARuntimeInfoHook` replaces mmengine's
-  RuntimeInfoHook) and a :class:`~vit_plugin.xla.hooks.XLARecompileGuardHook` watches compilations.
+See docs/scaling.md#tpus-with-torch_xla.
 """
 import logging
 import sys
@@ -49,21 +42,13 @@ class _HostIterable:
 class DeviceLoader:
     """A DataLoader whose batches arrive on the XLA device, through ``MpDeviceLoader``.
 
-    Exposes the wrapped loader's ``dataset``, ``sampler`` and ``batch_sampler`` so mmengine code
-    that sets the sampler's epoch or reads dataset meta keeps working.
-
-    The host iterator is created in the calling (training) thread, as in mmengine's loops:
-    ``iter(DataLoader)`` draws a base seed from the global torch generator, and in torch_xla's
-    loader thread that draw would race with the random draws of the training step. With
-    ``num_workers=0`` the data pipeline itself also runs in the loader thread, so random
-    augmentations drawing from the global NumPy/torch generators are only reproducible with
-    ``num_workers >= 1`` (each worker has its own, seeded generators).
+    Exposes ``dataset``, ``sampler`` and ``batch_sampler``. The host iterator is made in the calling
+    thread; use ``num_workers >= 1`` for reproducible random augmentation.
 
     Args:
-        dataloader (DataLoader): The host-side loader (workers, sampler, collate).
+        dataloader (DataLoader): The host-side loader.
         device (torch.device): The XLA device.
-        **kwargs: Passed to torch_xla's ``ParallelLoader`` (``loader_prefetch_size``,
-            ``device_prefetch_size``, ``host_to_device_transfer_threads``).
+        **kwargs: Passed to torch_xla's ``ParallelLoader``.
     """
 
     def __init__(self, dataloader, device, **kwargs):
@@ -85,8 +70,7 @@ class DeviceLoader:
         return self.iterate()
 
     def iterate(self, host_iterator=None):
-        """Iterate on the device, over ``host_iterator`` if given (an ``iter(dataloader)`` made
-        earlier) or over a new host iterator."""
+        """Iterate on the device, over ``host_iterator`` if given, else a new one."""
         self._host.next_iterator = iter(self.dataloader) if host_iterator is None else host_iterator
         return iter(self._device_loader)
 
@@ -141,12 +125,10 @@ class XLAEpochBasedTrainLoop(_XLATrainMixin, EpochBasedTrainLoop):
     """mmengine's EpochBasedTrainLoop on an XLA device.
 
     Args:
-        runner, dataloader, max_epochs, val_begin, val_interval, dynamic_intervals: As in
-            mmengine's ``EpochBasedTrainLoop``.
-        warmup_iters (int, optional): Iterations allowed to compile before the recompilation guard
-            warns; None picks 3, or ``2 * k + 1`` with gradient accumulation over ``k``
-            iterations. Defaults to None.
-        loader_kwargs (dict, optional): Passed to torch_xla's ``ParallelLoader``. Defaults to None.
+        runner, dataloader, max_epochs, val_begin, val_interval, dynamic_intervals: As in mmengine.
+        warmup_iters (int, optional): Iterations allowed to compile; None: 3, or ``2 * k + 1`` with
+            gradient accumulation over ``k``.
+        loader_kwargs (dict, optional): Passed to torch_xla's ``ParallelLoader``.
     """
 
     def __init__(self, runner, dataloader, max_epochs: int, val_begin: int = 1,
@@ -169,10 +151,7 @@ class XLAEpochBasedTrainLoop(_XLATrainMixin, EpochBasedTrainLoop):
 
 @LOOPS.register_module()
 class XLAIterBasedTrainLoop(_XLATrainMixin, IterBasedTrainLoop):
-    """vit_plugin's IterBasedTrainLoop on an XLA device (arguments as :class:`XLAEpochBasedTrainLoop`,
-    with ``max_iters`` and ``val_interval=1000`` as in mmengine). A resume skips in the sampler, as
-    :class:`vit_plugin.engine.loops.IterBasedTrainLoop` does: the host iterator is made at the first
-    batch, from the resumed position."""
+    """vit_plugin's IterBasedTrainLoop on an XLA device (arguments as :class:`XLAEpochBasedTrainLoop`)."""
 
     def __init__(self, runner, dataloader, max_iters: int, val_begin: int = 1,
                  val_interval: int = 1000, dynamic_intervals=None, warmup_iters=None,

@@ -1,21 +1,7 @@
 """``vit_plugin.XLAOptimWrapper``: mmengine's OptimWrapper for XLA devices.
 
-What changes compared with mmengine's ``OptimWrapper`` (everything else -- gradient accumulation,
-``optim_context``, state dicts, parameter schedulers -- is inherited unchanged):
-
-* the update is ``xm.optimizer_step``: gradients are all-reduced (averaged) across replicas, then
-  the optimizer steps; with gradient clipping the all-reduce comes first so that, as with DDP, the
-  norm is that of the averaged gradient;
-* the clipped gradient norm stays on the device (mmengine calls ``float()`` on it, a host transfer
-  that would cut every step's graph in two); the train loop logs it with the losses;
-* ``dtype='bfloat16'`` runs the forward pass under XLA autocast (matmuls and convolutions in bf16,
-  reductions and softmax in fp32, weights and optimizer state stay fp32);
-* with ``nonfinite_guard=True`` (the XLA form of ``vit_plugin.GuardedOptimWrapper``) a non-finite
-  update is dropped on the device: the update is computed and then selected with
-  ``torch.where(ok, new, old)`` for every parameter and optimizer state tensor, so a bad step changes
-  nothing without a host read; the skip counters travel to the host with the logged losses (once per
-  logging interval), where ``vit_plugin.NonFiniteGuardHook`` reads them
-  (:meth:`XLAOptimWrapper.nonfinite_counts`) and stops the run.
+Replica all-reduce in ``xm.optimizer_step``, the gradient norm kept on the device, bf16 autocast and
+an on-device non-finite guard. See docs/scaling.md#tpus-with-torch_xla.
 """
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Tuple, Union
@@ -38,8 +24,7 @@ SKIPPED, LONGEST_STREAK = 'nonfinite_skipped', 'nonfinite_max_streak'
 
 
 def _upload(tensor: torch.Tensor, device) -> torch.Tensor:
-    """Copy to the device as device data. ``tensor.to(device)`` turns a 0-dim tensor into a
-    constant of the next graph instead, so that graph would differ from the ones after it."""
+    """Copy to the device as device data (a 0-dim ``.to`` would become a graph constant)."""
     xm = runtime.require('torch_xla.core.xla_model')
     return xm.send_cpu_data_to_device([tensor], device)[0]
 
@@ -49,17 +34,11 @@ class XLAOptimWrapper(DeviceCountedNonFiniteGuard, OptimWrapper):
     """Optimizer wrapper for training on XLA devices (TPU, or XLA:CPU for testing).
 
     Args:
-        optimizer (Optimizer): The optimizer, over parameters that live on the XLA device.
-        accumulative_counts (int): Iterations over which gradients are accumulated before an
-            update. Defaults to 1.
-        clip_grad (dict, optional): ``dict(max_norm=..., norm_type=2)`` (``type='norm'``, the
-            default) or ``dict(type='value', clip_value=...)``, as in mmengine. Defaults to None.
-        dtype (str or torch.dtype, optional): ``'bfloat16'`` to run forward passes under XLA
-            autocast in bf16; None keeps fp32. Defaults to None.
-        nonfinite_guard (bool): Drop an update whose loss or gradients are not finite, on the device
-            (see the module docstring). Cost per update: one gradient norm and one select per
-            parameter and state element, and one extra copy of parameters + optimizer state at the
-            step's peak. Defaults to False.
+        optimizer (Optimizer): The optimizer, over parameters on the XLA device.
+        accumulative_counts (int): Iterations accumulated per update. Defaults to 1.
+        clip_grad (dict, optional): As in mmengine (``max_norm``/``norm_type`` or ``type='value'``).
+        dtype (str or torch.dtype, optional): ``'bfloat16'`` for bf16 autocast; None keeps fp32.
+        nonfinite_guard (bool): Drop a non-finite update on the device. Defaults to False.
         check_grad_norm (bool): With the guard, also check the global gradient norm. Defaults to True.
     """
 
@@ -179,9 +158,7 @@ class XLAOptimWrapper(DeviceCountedNonFiniteGuard, OptimWrapper):
         self._pending_scalars.update({SKIPPED: self._guard['skipped'], LONGEST_STREAK: self._guard['worst']})
 
     def nonfinite_counts(self, message_hub) -> Optional[Tuple[int, int]]:
-        """(updates skipped, longest streak) of the guard as last logged, or None before the counters
-        first reached the host (:class:`~vit_plugin.xla.hooks.XLARuntimeInfoHook` logs them as
-        ``train/<name>``)."""
+        """(updates skipped, longest streak) as last logged, or None before the first log."""
         scalars = message_hub.log_scalars
         if f'train/{LONGEST_STREAK}' not in scalars:
             return None

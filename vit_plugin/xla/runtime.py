@@ -1,12 +1,4 @@
-"""Small, lazily-imported access to the torch_xla runtime.
-
-Everything in :mod:`vit_plugin.xla` reaches torch_xla through this module so that importing the
-package (which mmengine does when it resolves a ``vit_plugin.`` loop, strategy or optim wrapper)
-neither requires torch_xla nor touches the XLA runtime. Only the current, non-deprecated APIs are
-used: ``torch_xla.device()``, ``torch_xla.sync()`` and ``torch_xla.runtime`` (``world_size``,
-``global_ordinal``) instead of ``xm.xla_device``, ``xm.mark_step``, ``xm.xrt_world_size`` and
-``xm.get_ordinal``.
-"""
+"""Lazily-imported access to the torch_xla runtime: importing the package needs no torch_xla."""
 import importlib
 from typing import Any, List, Optional
 
@@ -65,13 +57,10 @@ def is_xla_tensor(value: Any) -> bool:
 
 
 def to_cpu(data: Any) -> Any:
-    """Copy every XLA tensor of a nested structure (dicts, lists, tuples) to the host.
-
-    All tensors move in one batched device-to-host transfer (the primitive ``xm.save`` uses), which
-    matters for an optimizer state of hundreds of tensors. Non-XLA leaves are returned unchanged.
+    """Copy every XLA tensor of a nested structure to the host, in one batched transfer.
 
     Args:
-        data: A tensor or a nested container of tensors and other values.
+        data: A tensor or a nested container (dicts, lists, tuples); other leaves are kept.
 
     Returns:
         The same structure with CPU tensors in place of XLA tensors.
@@ -88,11 +77,7 @@ def to_cpu(data: Any) -> Any:
 
 
 class CompileCounter:
-    """Reads torch_xla's metrics: graphs compiled and launched so far, and time spent compiling.
-
-    Counts come from the compilation-cache counters, which torch_xla bumps synchronously when a
-    graph is launched; execution counters and timings are recorded by the asynchronous executor.
-    """
+    """Reads torch_xla's metrics: graphs compiled and launched so far, and time spent compiling."""
 
     def __init__(self):
         self._met = require('torch_xla.debug.metrics')
@@ -107,9 +92,7 @@ class CompileCounter:
 
     @property
     def executions(self) -> int:
-        """Graphs launched so far: every launch looks its graph up in the compilation cache first
-        (a hit or a compile), in the tracing thread, so unlike the execution counters this count
-        is exact at the moment it is read."""
+        """Graphs launched so far (compilation-cache lookups: exact when read)."""
         return self._counter('UncachedCompile') + self._counter('CachedCompile')
 
     @property

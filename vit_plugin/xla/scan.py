@@ -1,35 +1,7 @@
 """Layer scan on XLA: the compiler sees one Transformer block instead of all of them.
 
-XLA traces the whole training step into one graph and compiles it. Unrolled, a ViT-L/16 step holds
-24 copies of the block (32 for H/14), forward and backward, and compile time grows with them.
-``torch_xla.experimental.scan_layers`` stacks the blocks' weights and runs one traced block in a
-compiled loop (an XLA ``While``), so the graph holds a single block whatever the depth.
-
-The scan reuses the first block's code for every block, so all blocks must compute the same
-function of their own weights. In a ViT that rules out, and :func:`check_scannable` refuses:
-
-* **stochastic depth** (``drop_path_rate > 0``): each block has its own drop probability;
-* **dropout** (``drop_rate`` / ``attn_drop_rate > 0``): torch_xla 2.9 fails to build random masks
-  inside the scanned body (an XLA element-type error), so the paper's ImageNet-21k recipe
-  (dropout 0.1) must run unrolled. Its JFT recipe and masked patch prediction use no dropout;
-* **windowed blocks mixed with global ones**, and outputs taken from intermediate blocks
-  (detection backbones): only the last block's output leaves the loop.
-
-Under SPMD, torch_xla's scan shards its backward pass with JAX's ``shard_alike``, so that
-combination needs the ``jax`` package (``pip install torch_xla[pallas]`` brings it); without it
-:func:`require_scan_support` refuses before training starts.
-
-Activation checkpointing (``with_cp``) is kept: the scan's backward recomputes each block from its
-input (min-cut rematerialisation) instead of storing its activations.
-
-The price is paid at run time: the weights are stacked into one tensor per kind every step (and the
-gradients unstacked). Measured on XLA:CPU with ViT-L/16 (``tools/analysis/benchmark_xla_compile.py``),
-the scan cut compile time to 0.72x and made the steady step 1.44x slower; it pays where compilation
-dominates (very deep models, short jobs, many restarts), not for long runs.
-
-``tools/train.py CONFIG --launcher xla --xla-layer-scan`` turns it on (also with ``--xla-spmd``):
-:func:`enable_layer_scan` gives every ViT in the model :func:`scan_blocks` through the backbone's one
-extension point, :meth:`vit_plugin.models.ViT.set_block_runner`.
+Needs blocks computing the same function (no dropout, no drop path, last-block output only); the
+steady step is slower. See docs/scaling.md#layer-scan.
 """
 import importlib.util
 import logging
@@ -78,8 +50,7 @@ def _random_layers(module: nn.Module) -> List[str]:
 
 
 def require_scan_support(spmd: bool) -> None:
-    """Raise ``ValueError`` when this installation cannot scan layers (under SPMD, torch_xla shards the
-    scanned backward pass with ``jax.experimental.shard_alike``, so it needs ``jax``)."""
+    """Raise ``ValueError`` when this installation cannot scan (under SPMD torch_xla needs ``jax``)."""
     if spmd and importlib.util.find_spec('jax') is None:
         raise ValueError('layer scan under SPMD needs the jax package: pip install "torch_xla[pallas]" (or jax), '
                          'or drop --xla-layer-scan or --xla-spmd.')
@@ -122,11 +93,13 @@ def scan_blocks(blocks: nn.ModuleList, x: torch.Tensor, grid: Tuple[int, int]) -
 
 
 def enable_layer_scan(model: nn.Module) -> List[str]:
-    """Make every ViT inside ``model`` run its blocks with :func:`scan_blocks` (``ViT.set_block_runner``).
+    """Make every ViT inside ``model`` run its blocks with :func:`scan_blocks`.
 
     Returns:
-        list[str]: The names of the modules switched (``ValueError`` when there is none, or when one
-        cannot be scanned: see :func:`check_scannable`).
+        list[str]: The names of the modules switched.
+
+    Raises:
+        ValueError: No ViT, or one that cannot be scanned (:func:`check_scannable`).
     """
     names = []
     for name, module in model.named_modules():

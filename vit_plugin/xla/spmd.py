@@ -1,18 +1,7 @@
-"""SPMD training on XLA: one process per host drives all of the host's devices through one mesh.
+"""SPMD training on XLA: one process per host drives all its devices through one ``'fsdp'`` mesh axis.
 
-This is how torch_xla scales to TPU pods. Instead of a process per device that all-reduces gradients
-(:func:`~vit_plugin.xla.launch_training`'s default), one program is written for the whole *global*
-batch and model, and annotations say how tensors are laid out on a device mesh. The XLA compiler
-partitions the program and inserts the collectives. Here the mesh has one axis, ``'fsdp'``, used
-twice, as torch_xla's FSDPv2 does:
-
-* **data parallel:** the batch is split over the axis. The data preprocessor's output is
-  annotated, so any mmpretrain / mmdet preprocessor works unchanged;
-* **fully sharded parameters:** every parameter is split over the same axis along one dimension
-  (:func:`param_partition_spec`). Each device holds ``1/n`` of the weights, gradients and AdamW
-  moments, and the compiler gathers weights where a layer needs them.
-
-Nothing in a config changes: ``tools/train.py CONFIG --launcher xla --xla-spmd``.
+Batch split over the axis, parameters sharded over it (FSDPv2). See
+docs/scaling.md#spmd-one-process-per-host-batch-and-weights-split-over-a-device-mesh.
 """
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -46,14 +35,14 @@ def build_mesh(num_devices: Optional[int] = None):
 
 
 def param_partition_spec(shape: Sequence[int], num_shards: int) -> Optional[Tuple[Optional[str], ...]]:
-    """How one parameter is split over ``num_shards`` devices. The rule is FSDPv2's, made total: use
-    the largest dimension that divides evenly (dimension 0 on a tie). A weight such as the 3-channel
-    patch embedding or a scalar, with no such dimension, stays replicated (None).
+    """How one parameter is split over ``num_shards`` devices: its largest evenly divisible dimension.
+
+    Ties go to dimension 0; None: replicated.
 
     Examples:
-        >>> param_partition_spec((3072, 768), 4)    # MLP fc1: its 3,072 rows
+        >>> param_partition_spec((3072, 768), 4)
         ('fsdp', None)
-        >>> param_partition_spec((1, 197, 768), 4)  # position table: its 768 channels
+        >>> param_partition_spec((1, 197, 768), 4)
         (None, None, 'fsdp')
         >>> param_partition_spec((3,), 4) is None
         True
@@ -70,7 +59,7 @@ def param_partition_spec(shape: Sequence[int], num_shards: int) -> Optional[Tupl
 
 
 def shard_parameters(model: nn.Module, mesh) -> Dict[str, Optional[tuple]]:
-    """Annotate every parameter of ``model`` (already on the XLA device) with its FSDP split.
+    """Annotate every parameter of ``model`` (on the XLA device) with its FSDP split.
 
     Returns:
         dict: parameter name -> partition spec (None: replicated).
@@ -98,8 +87,7 @@ def shard_batch(tensor: torch.Tensor, mesh) -> torch.Tensor:
 
 
 def shard_preprocessed_batches(model: nn.Module, mesh):
-    """Make the data preprocessor's stacked ``inputs`` arrive split over the mesh (a forward hook;
-    returns its handle). The batch is uploaded whole and split on the device, where it is stacked."""
+    """Split the data preprocessor's stacked ``inputs`` over the mesh (a forward hook; returns its handle)."""
     preprocessor = getattr(model, 'data_preprocessor', None)
     if preprocessor is None:
         raise TypeError(f'XLA SPMD needs an mmengine model with a data_preprocessor; {type(model).__name__} '

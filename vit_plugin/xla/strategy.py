@@ -1,23 +1,6 @@
 """``vit_plugin.XLAStrategy``: mmengine's FlexibleRunner strategy for XLA devices (TPUs).
 
-A strategy is mmengine's place for "where does the model live, how do replicas talk, how are
-checkpoints written". This one:
-
-* joins the replicas started by ``torch_xla.launch`` (one process per device) through the ``xla://``
-  rendezvous, with an ``xla`` backend process group for device tensors (:attr:`xla_group`);
-  mmengine's own host-side collectives (timestamp broadcast, sampler seeds, metric gathering) send
-  CPU tensors, which the ``xla`` backend rejects, so the default process group is ``gloo`` over the
-  same rendezvous store;
-* puts the model on the XLA device without a DDP wrapper: data parallelism on XLA is the gradient
-  all-reduce inside ``xm.optimizer_step`` (:class:`~vit_plugin.xla.XLAOptimWrapper`), compiled into
-  the step graph;
-* builds an XLAOptimWrapper from ordinary optimizer configs (``OptimWrapper`` or
-  ``AmpOptimWrapper`` with ``dtype='bfloat16'``, and their guarded types, which become
-  ``nonfinite_guard=True``), so existing configs need no edits;
-* seeds the XLA random generator as well as the host ones;
-* writes checkpoints from the global master only, with every tensor moved to the CPU in one batched
-  transfer, so they load anywhere (CPU, GPU, XLA); loading goes through the CPU and works with
-  checkpoints written by any other strategy.
+See docs/scaling.md#tpus-with-torch_xla.
 """
 import copy
 import logging
@@ -44,9 +27,7 @@ XLA_OPTIM_WRAPPER = 'vit_plugin.XLAOptimWrapper'
 def xla_optim_wrapper_cfg(cfg: dict) -> dict:
     """Translate an optimizer-wrapper config to :class:`~vit_plugin.xla.XLAOptimWrapper`.
 
-    ``OptimWrapper`` (or no type) maps directly; ``AmpOptimWrapper`` maps to bf16 autocast (TPUs
-    have no fp16 loss scaling; bf16 needs none). Their guarded types (``vit_plugin.GuardedOptimWrapper``,
-    ``vit_plugin.GuardedAmpOptimWrapper``) map the same way with ``nonfinite_guard=True``. Already-XLA
+    ``AmpOptimWrapper`` becomes bf16 autocast; guarded types set ``nonfinite_guard=True``; XLA
     configs are returned unchanged.
 
     Args:
@@ -82,21 +63,18 @@ def xla_optim_wrapper_cfg(cfg: dict) -> dict:
 
 @STRATEGIES.register_module()
 class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
-    """Run the model on the XLA device of this process (see the module docstring).
+    """Run the model on the XLA device of this process, without a DDP wrapper.
 
     Args:
-        spmd (bool): SPMD mode (:mod:`~vit_plugin.xla.spmd`): this one process drives every device
-            of the host, the batch and the parameters split over one mesh axis (FSDPv2). The
-            process must have called :func:`vit_plugin.xla.spmd.enable` before touching the device
-            (``tools/train.py --xla-spmd`` does). Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`):
-            compile time no longer grows with depth. Needs blocks without dropout or stochastic
-            depth. Defaults to False.
-        **kwargs: As mmengine's ``BaseStrategy`` (``work_dir``, ``env_kwargs``, ...).
+        spmd (bool): One process drives every device of the host (:mod:`~vit_plugin.xla.spmd`); the
+            process must have called :func:`vit_plugin.xla.spmd.enable` first. Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
+            Defaults to False.
+        **kwargs: As mmengine's ``BaseStrategy``.
 
     Attributes:
         mesh: The SPMD device mesh (None without SPMD).
-        param_specs (dict): SPMD only: parameter name -> its partition spec (None: replicated).
+        param_specs (dict): SPMD only: parameter name -> partition spec (None: replicated).
     """
 
     xla_group = None
@@ -109,14 +87,12 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
         self.param_specs = {}
 
     def _setup_distributed(self, launcher: str = 'xla', backend: Optional[str] = None, **kwargs):
-        """Join the XLA replicas (called by mmengine when the launcher is not ``'none'``).
+        """Join the XLA replicas: Gloo default group, ``xla`` group for device tensors.
 
         Args:
-            launcher (str): ``'xla'`` (processes started by ``torch_xla.launch``) or ``'pytorch'``
-                (``torchrun``). Defaults to ``'xla'``.
-            backend (str, optional): Ignored unless it names a host backend other than ``gloo``;
-                device collectives always use XLA's. Defaults to None.
-            **kwargs: Passed to ``torch.distributed.init_process_group`` (e.g. ``timeout``).
+            launcher (str): ``'xla'`` or ``'pytorch'`` (torchrun). Defaults to ``'xla'``.
+            backend (str, optional): Ignored unless a host backend other than ``gloo``.
+            **kwargs: Passed to ``torch.distributed.init_process_group``.
         """
         import torch.distributed as dist
         if launcher not in ('xla', 'pytorch'):
@@ -136,8 +112,7 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
         self.seed_device(self._seed)
 
     def seed_device(self, seed: int) -> None:
-        """Seed XLA's own generator, which dropout, drop-path and any ``torch.rand`` on the device draw
-        from and ``torch.manual_seed`` does not reach (``vit_plugin.RNGReseedHook`` calls it every step)."""
+        """Seed XLA's own generator, which ``torch.manual_seed`` does not reach."""
         runtime.require('torch_xla').manual_seed(seed)
 
     def compile_model(self, model: nn.Module, compile: Union[dict, bool] = False) -> nn.Module:
@@ -191,12 +166,7 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
     def save_checkpoint(self, filename: str, *, save_optimizer: bool = True,
                         save_param_scheduler: bool = True, extra_ckpt: Optional[dict] = None,
                         callback: Optional[Callable] = None) -> None:
-        """Save a CPU-only checkpoint from the global master replica (others return at once).
-
-        A local file is written next to its final name and renamed into place once complete, as
-        :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook` does on the other backends: a
-        run pre-empted while saving keeps its earlier checkpoints and never leaves a truncated one.
-        """
+        """Save a CPU-only checkpoint from the global master, atomically (others return)."""
         if not runtime.is_master():
             return
         local = mmengine_compat.is_local_uri(filename)
@@ -209,8 +179,7 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
     def load_checkpoint(self, filename: str, *, map_location: Union[str, Callable] = 'cpu',
                         strict: bool = False, revise_keys: list = [(r'^module.', '')],
                         callback: Optional[Callable] = None) -> dict:
-        """Load through the CPU (``'default'`` means CPU here): ``load_state_dict`` then copies
-        weights, and the optimizer its state, onto the XLA device."""
+        """Load through the CPU (``'default'`` means CPU here), then copy onto the device."""
         if map_location == 'default':
             map_location = 'cpu'
         return super().load_checkpoint(filename, map_location=map_location, strict=strict,

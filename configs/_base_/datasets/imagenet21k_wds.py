@@ -2,8 +2,9 @@
 # from timm's WebDataset shards, without extracting anything:
 #   huggingface-cli download timm/imagenet-22k-wds --repo-type dataset --local-dir data/imagenet-22k-wds
 # or stream them: data_root = 'hf://datasets/timm/imagenet-22k-wds' (after `huggingface-cli login`;
-# the shards go through a bounded chunk cache under ~/.cache/vit_plugin/shards). The first run indexes
-# the shards once (every core; docs/data.md#the-index), later runs open the index at once.
+# the shards go through a bounded chunk cache under ~/.cache/vit_plugin/shards). Index them once ahead of
+# training, into a place every node reads: `python tools/build_index.py CONFIG`
+# (resumable; otherwise the first run builds it, one process for the whole job; docs/data.md#the-index).
 # Labels are the shards' `.cls` values, timm's fall11 order (sorted synsets). The paper's checkpoints use
 # Google's 21,843-class order: label_space/target_label_space and the head mapping of
 # docs/checkpoints.md#label-spaces go between the two.

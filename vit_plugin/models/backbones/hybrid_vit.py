@@ -16,11 +16,10 @@ class HybridEmbed(nn.Module):
 
     Args:
         backbone (nn.Module): Maps images to a feature map; has ``out_channels``.
-        patch_size (tuple[int, int]): Patch size on the feature map (1 in the paper's R50 models).
+        patch_size (tuple[int, int]): Patch size on the feature map.
         embed_dims (int): Token width D.
-        padding (str, optional): How to zero-pad a feature map that the patch size does not divide
-            ('corner' or 'same', see :func:`~vit_plugin.models.layers.pad_to_patch_multiple`). Defaults
-            to None: raise instead.
+        padding (str, optional): 'corner' or 'same' zero-padding of a feature map the patch does not
+            divide. Defaults to None: raise.
         bias (bool): Bias of the projection. Defaults to True.
     """
 
@@ -53,30 +52,19 @@ class HybridEmbed(nn.Module):
 class HybridViT(ViT):
     """R50+ViT hybrid (`Dosovitskiy et al. <https://arxiv.org/abs/2010.11929>`_, section 3.1).
 
-    The input sequence is built from a ResNet feature map instead of raw patches; everything after the
-    embedding is :class:`ViT` (same outputs, ``out_indices``, position-embedding resizing, freezing,
-    checkpointing, layer-wise depths). The ResNet is the official BiT-style one (see
-    :mod:`vit_plugin.models.resnet_stem`): weight-standardised 'SAME'-padded convolutions, GroupNorm(32,
-    eps 1e-6), post-activation bottlenecks with zero-initialised last norms.
-
-    Parameter names equal timm's hybrids (``vit_base_r50_s16_224``, ``vit_tiny_r_s16_p8_224``):
-    ``patch_embed.backbone.*`` is timm's ``ResNetV2`` (or its bare stem for ``layers=()``),
-    ``patch_embed.proj`` is the embedding projection, the rest is the ViT's. Only the two eps values
-    differ from timm, which uses ``(w - mean) / sqrt(var + 1e-8)`` and GroupNorm eps 1e-5 where the
-    official model uses ``(w - mean) / (std + 1e-5)`` and 1e-6; features then differ by ~1e-4 (see
-    tests/models/test_hybrid_vit.py). Keep the defaults for official weights.
+    Tokens come from the official ResNet's feature map; the rest is :class:`ViT`. Names equal timm's
+    hybrids. See docs/backbone.md#r50vit-hybrid.
 
     Args:
         arch (str | dict): ViT arch, see :class:`ViT`. Defaults to 'base'.
-        layers (Sequence[int]): Bottleneck units per ResNet stage: (3, 4, 9) for R50+ViT-B/16 (the
-            feature map is 1/16 of the image), () for the stem-only R+Ti/16 (1/4 of the image, then
-            ``patch_size=8`` in timm's ``vit_tiny_r_s16_p8``). Defaults to (3, 4, 9).
+        layers (Sequence[int]): Bottleneck units per ResNet stage: (3, 4, 9) for R50 (feature map 1/16
+            of the image), () for the stem-only R+Ti (1/4). Defaults to (3, 4, 9).
         patch_size (int | tuple[int, int]): Patch size on the feature map. Defaults to 1.
         width_factor (int): ResNet width multiplier. Defaults to 1.
         ws_eps (float): Weight-standardisation eps. Defaults to 1e-5 (official).
         resnet_norm_eps (float): ResNet GroupNorm eps. Defaults to 1e-6 (official).
         num_groups (int): ResNet GroupNorm groups. Defaults to 32.
-        **kwargs: Everything else :class:`ViT` takes (``img_size`` is the image size, default 224).
+        **kwargs: Everything else :class:`ViT` takes.
     """
 
     def __init__(self,
@@ -111,8 +99,8 @@ class HybridViT(ViT):
     def init_weights(self):
         """Official initialisation unless ``init_cfg`` loads weights.
 
-        The ViT part as in :meth:`ViT.init_weights`; ResNet convolutions LeCun-normal (Flax's default),
-        GroupNorm scale 1 and bias 0, except the last norm of every bottleneck, whose scale is 0.
+        The ViT part as :meth:`ViT.init_weights`; ResNet convolutions LeCun-normal, GroupNorm scale 1 and
+        bias 0, except the last norm of every bottleneck (scale 0).
         """
         super().init_weights()
         if self.init_cfg is not None:

@@ -21,10 +21,8 @@ from .vit_options import OUT_TYPES, PatchSettings, block_settings, patch_setting
 def global_block_indices(num_layers: int) -> Tuple[int, ...]:
     """The blocks that keep global attention in a windowed ViT, by ViTDet's rule, for any depth.
 
-    ViTDet cuts the depth into 4 stages and keeps the last block of each global (published choices:
-    (2, 5, 8, 11) for 12 blocks, (5, 11, 17, 23) for 24, (7, 15, 23, 31) for 32). For any depth,
-    stage ``k`` (1-4) ends after block ``ceil(k * num_layers / 4)`` (1-based), so the stages differ in
-    length by at most one block. With 4 or fewer blocks every block ends a stage: all are global.
+    Stage ``k`` (1-4) ends after block ``ceil(k * num_layers / 4)``; the last block of each stage is
+    global. See docs/backbone.md.
 
     Args:
         num_layers (int): The depth.
@@ -57,110 +55,33 @@ class BlockOutputs(NamedTuple):
 class ViT(BaseModule):
     """Vision Transformer (`An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_).
 
-    The image is cut into non-overlapping patches by one convolution, a learnable class token is
-    prepended, a learned 1D position embedding is added (to the class token too), and a stack of
-    pre-norm Transformer blocks and a final LayerNorm follow. All LayerNorms use eps 1e-6 as the
-    official Flax model does.
-
-    It is also a drop-in for mmpretrain's ``VisionTransformer``: every keyword of that class is
-    accepted with its meaning (``pre_norm``, ``norm_cfg``, ``layer_scale_init_value``, ``patch_cfg``,
-    ``layer_cfgs``, ``out_type='avg_featmap'`` and the names of its arch table), or refused with an
-    error that says what to use instead; docs/backbone.md lists them all. Its checkpoints load as they
-    are (the names are mapped on load).
+    Also a drop-in for mmpretrain's ``VisionTransformer``: its keywords and checkpoints. Every option,
+    output shape and parity check: docs/backbone.md; loading and numerics records: docs/checkpoints.md.
 
     Args:
-        arch (str | dict): A key of :attr:`arch_zoo` ('ti'/'tiny', 's'/'small', 'b'/'base',
-            'l'/'large', 'h'/'huge', 'deit-t/s/b', 'dinov2-s/b/l/g', 'eva-g', with long aliases; see
-            :mod:`~vit_plugin.models.backbones.vit_arch`) or a dict with ``embed_dims``,
-            ``num_layers``, ``num_heads``, ``mlp_dims`` (or mmpretrain's name for it,
-            ``feedforward_channels``). Defaults to 'base'.
-        img_size (int | tuple[int, int]): Training resolution; fixes the stored position-embedding
-            grid. Other input sizes work, the table is resized on the fly. Defaults to 224.
-        patch_size (int | tuple[int, int]): Defaults to 16.
-        in_channels (int): Defaults to 3.
-        out_type (str): What each output is: 'cls_token' (B, D); 'gap' (B, D), the mean of the patch
-            tokens after the final norm (with ``with_cls_token=False`` this is the official gap model);
-            'avg_featmap' (B, D), mmpretrain's: that mean passed through one more LayerNorm of its own
-            (``fc_norm``); 'featmap' (B, D, h, w) patch tokens on their grid; 'raw' (B, N, D) all
-            tokens. Defaults to 'cls_token'.
-        out_indices (int | Sequence[int]): Blocks whose outputs are returned (negative counts from
-            the end). The final LayerNorm is applied to the last block's output only (when
-            ``final_norm``). Defaults to -1.
-        with_cls_token (bool): Prepend a class token. Defaults to True.
-        drop_rate (float): Dropout on the embeddings and inside blocks. Defaults to 0.
-        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
-        drop_path_rate (float): Stochastic depth, increasing linearly with depth up to this value.
-            Defaults to 0.
-        qkv_bias (bool): Defaults to True.
-        norm_eps (float, optional): LayerNorm epsilon. Defaults to None: 1e-6, or the ``eps`` of
-            ``norm_cfg`` when that is given.
-        gelu_approximate (str): 'none' (exact GELU, the PyTorch/timm convention) or 'tanh' (the
-            approximation the official Flax model uses; choose it to reproduce official outputs
-            exactly). Defaults to 'none'. Weights that record the GELU they were trained with (the
-            converted official ones record 'tanh') switch the model to it when they load, as
-            ``checkpoint_numerics`` says.
-        expected_input_norm (dict, optional): The input normalisation the weights expect,
-            ``dict(mean=[...], std=[...])`` in 0..255 units (the official weights: 127.5 and 127.5);
-            the data preprocessor is checked against it
-            (:func:`~vit_plugin.models.check_input_normalization`) and it is saved with the weights.
-            Defaults to None: not declared (a checkpoint's record then sets it).
-        checkpoint_numerics (str): What a checkpoint's record of the GELU, the LayerNorm eps or the
-            input normalisation does when it differs from this model's: 'from_checkpoint' (the model
-            runs the record's value, one warning line per change), 'keep' (the record is ignored,
-            logged) or 'error' (a ``ValueError`` naming the keyword). Defaults to 'from_checkpoint'.
-            See :mod:`vit_plugin.models.numerics`.
-        final_norm (bool): Apply the final LayerNorm. Defaults to True.
-        interpolate_mode (str): Resize mode (see :data:`RESIZE_MODES`) used when an input's patch
-            grid differs from the stored one. Defaults to 'bicubic'.
-        pos_embed_load_mode (str): Resize mode used when a loaded state dict has a different grid
-            and records no mode of its own (official weights record 'official'). Defaults to
-            :data:`~vit_plugin.models.pos_embed.CHECKPOINT_RESIZE_MODE` ('official', the paper's).
-        pad_to_patch (bool): Zero-pad the bottom/right of inputs whose size is not divisible by the
-            patch size instead of raising an error (mmpretrain's default, also set by
-            ``patch_cfg=dict(padding='corner')``); the grid of such a size is then rounded up, for
-            ``img_size`` too. Defaults to False.
-        frozen_stages (int): Freeze the embeddings (> 0, ``pre_norm`` included) and the first
-            ``frozen_stages`` blocks; the final norm (and ``fc_norm``) too when all blocks are frozen.
-            Frozen parts stay in eval mode after ``train()``, the dropout after the position embedding
-            included, so frozen features are deterministic. Defaults to -1.
-        with_cp (bool): Activation checkpointing in every block while training (the switch of
-            :meth:`set_grad_checkpointing`). Defaults to False.
-        window_size (int): If > 0, the blocks in ``window_block_indices`` attend only within
-            non-overlapping windows of ``window_size`` x ``window_size`` patches (ViTDet's local blocks;
-            the grid is padded to whole windows and the padding masked). The others stay global.
-            Defaults to 0 (every block global, as in the paper).
-        window_block_indices (Sequence[int], optional): Blocks that use windowed attention when
-            ``window_size > 0``. Defaults to None: ViTDet's rule, see :func:`global_block_indices`
-            (the depth is cut into 4 stages as equal as possible; the last block of each stays
-            global, every other block is windowed: blocks 2, 5, 8, 11 stay global at depth 12,
-            2, 4, 7, 9 at depth 10). With 4 or fewer blocks every block is a stage end, so nothing is
-            windowed; a warning says so whenever ``window_size > 0`` windows no block.
-        use_rel_pos (bool): Add ViTDet's decomposed relative position bias to every block's attention
-            (tables ``blocks.i.attn.rel_pos_h/_w``, zero at the start, sized to the window in windowed
-            blocks and to the ``img_size`` patch grid in global ones, resized on the fly for other
-            grids). Not in the paper; checkpoints without the tables load with them at zero.
-            Defaults to False.
-        pre_norm (bool): A LayerNorm on the embedded tokens before the first block (``norm_pre``,
-            CLIP's), and no bias in the patch projection unless ``patch_cfg`` sets one. Defaults to
-            False.
-        norm_cfg (dict, optional): mmpretrain's norm config: ``dict(type='LN', eps=...)``; without
-            ``eps`` it means 1e-5, as in mmpretrain. Other norm types are refused. Defaults to None
-            (``norm_eps``).
-        layer_scale_init_value (float): If > 0, every block scales its two branches by learned
-            per-channel factors (``blocks.i.ls1/ls2.gamma``) starting at this value (DINOv2: 1e-5).
-            Defaults to 0.
-        patch_cfg (dict, optional): mmpretrain's (mmcv ``PatchEmbed``) options over the keywords above:
-            ``kernel_size`` = ``stride`` (the patch size), ``padding`` ('corner', 'same' or 0),
-            ``bias``, ``in_channels``, ``input_size`` (the grid's image size), ``embed_dims`` (must be
-            the arch's), ``conv_type='Conv2d'``, ``dilation=1``. Defaults to None.
-        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's per-block options, one dict for all
-            blocks or one per block: ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``,
-            ``qkv_bias``, ``layer_scale_init_value``, ``ffn_type`` ('origin' or 'swiglu_fused', the
-            SwiGLU MLP of DINOv2-g), ``norm_cfg``, ``act_cfg`` (GELU, or CLIP's QuickGELU),
-            ``num_fcs=2``; ``embed_dims``,
-            ``num_heads``, ``feedforward_channels`` must agree with the arch. Defaults to None.
-        init_cfg (dict | list[dict], optional): Defaults to None, which uses the official
-            initialisation (see :meth:`init_weights`).
+        arch (str | dict): A key of :attr:`arch_zoo` or a dict of ``embed_dims``, ``num_layers``,
+            ``num_heads``, ``mlp_dims`` (or ``feedforward_channels``). Defaults to 'base'.
+        img_size, patch_size (int | tuple[int, int]): In pixels; ``img_size`` fixes the position grid.
+        out_type (str): 'cls_token' (B, D), 'gap' (B, D), 'avg_featmap' (B, D), 'featmap'
+            (B, D, h, w) or 'raw' (B, N, D). Defaults to 'cls_token'.
+        out_indices (int | Sequence[int]): Blocks whose outputs are returned; the final norm applies to
+            the last block only. Defaults to -1.
+        drop_rate, attn_drop_rate, drop_path_rate (float): Dropout, attention dropout, stochastic depth.
+        norm_eps (float, optional): LayerNorm eps. None: 1e-6, or the ``eps`` of ``norm_cfg``.
+        gelu_approximate (str): 'none' (exact) or 'tanh' (the official Flax GELU).
+        expected_input_norm (dict, optional): ``dict(mean, std)`` the weights expect, 0..255 units.
+        checkpoint_numerics (str): 'from_checkpoint', 'keep' or 'error' for a checkpoint's records.
+        interpolate_mode, pos_embed_load_mode (str): Position-table resize for inputs / checkpoints.
+        pad_to_patch (bool): Zero-pad inputs the patch does not divide instead of raising.
+        frozen_stages (int): Freeze the embeddings and the first ``frozen_stages`` blocks.
+        with_cp (bool): Activation checkpointing per block (:meth:`set_grad_checkpointing`).
+        window_size, window_block_indices: ViTDet's windowed attention (:func:`global_block_indices`).
+        use_rel_pos (bool): ViTDet's decomposed relative position bias (docs/detection.md).
+        in_channels, with_cls_token, qkv_bias, final_norm, init_cfg: As named (:meth:`init_weights`).
+        pre_norm, norm_cfg, layer_scale_init_value, patch_cfg, layer_cfgs: mmpretrain's, with its meaning.
+
+    Raises:
+        ValueError: An option value without meaning here, named with what to use instead.
     """
     arch_zoo: Dict[str, dict] = VIT_ARCHS
 
@@ -234,7 +155,6 @@ class ViT(BaseModule):
 
     # ------------------------------------------------------------------ construction steps
     def _build_embedding(self, patch: PatchSettings, drop_rate: float, pre_norm: bool, norm_eps: float) -> None:
-        """Patch embedding, class token, position table and its grid, embedding dropout, pre-norm."""
         self.patch_embed = self._build_patch_embed(patch)
         grid = self._grid_for(self.img_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims)) if self.with_cls_token else None
@@ -249,7 +169,6 @@ class ViT(BaseModule):
         self.norm_pre = nn.LayerNorm(self.embed_dims, eps=norm_eps) if pre_norm else nn.Identity()
 
     def _build_blocks(self, settings: List[dict]) -> None:
-        """The encoder blocks, from one dict of :class:`EncoderBlock` arguments per block."""
         rel_pos_grid = self.patch_grid if self.use_rel_pos else None
         self.blocks = nn.ModuleList([
             EncoderBlock(self.embed_dims, self.arch_settings['num_heads'], self.arch_settings['mlp_dims'],
@@ -259,16 +178,12 @@ class ViT(BaseModule):
         ])
 
     def _build_output_norms(self, norm_eps: float) -> None:
-        """The final LayerNorm, and the LayerNorm after pooling of ``out_type='avg_featmap'``
-        (mmpretrain's ``ln2``; ``fc_norm`` as timm calls a norm after pooling)."""
+        """The final LayerNorm, and ``fc_norm`` of ``out_type='avg_featmap'`` (mmpretrain's ``ln2``)."""
         self.norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.final_norm else nn.Identity()
         self.fc_norm = nn.LayerNorm(self.embed_dims, eps=norm_eps) if self.out_type == 'avg_featmap' else nn.Identity()
 
     def _register_state_hooks(self, expected_input_norm) -> None:
-        """Loading runs two steps in turn: :meth:`_adapt_checkpoint_layout_on_load` (shapes and key
-        names), then :meth:`_apply_checkpoint_numerics_on_load` (the records of GELU, LayerNorm eps and
-        input normalisation, as ``checkpoint_numerics`` says). Saving records how the weights must be
-        run (tanh GELU, a recorded eps) and fed (input normalisation, declared or recorded)."""
+        """Load: adapt the layout, then apply the numerics records; save: write the records."""
         self.register_load_state_dict_pre_hook(self._adapt_checkpoint_layout_on_load)
         self.register_load_state_dict_pre_hook(self._apply_checkpoint_numerics_on_load)
         self.register_state_dict_post_hook(record_gelu)  # weights trained with tanh GELU say so
@@ -315,15 +230,13 @@ class ViT(BaseModule):
         return parsed
 
     def _build_patch_embed(self, patch: PatchSettings) -> nn.Module:
-        """The module turning images into (tokens, grid); subclasses (the hybrid) replace it."""
+        """The module turning images into (tokens, grid); the hybrid replaces it."""
         return PatchEmbed(self.patch_size, patch.in_channels, self.embed_dims, bias=patch.bias)
 
     def _patches_along(self, size: int, patch: int) -> int:
-        """Patches along one side of ``size`` pixels: rounded up when inputs are padded, else down."""
         return -(-size // patch) if self.patch_padding else size // patch
 
     def _grid_for(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
-        """The patch grid of an image of ``img_size`` (rows, cols)."""
         return (self._patches_along(img_size[0], self.patch_size[0]),
                 self._patches_along(img_size[1], self.patch_size[1]))
 
@@ -333,25 +246,24 @@ class ViT(BaseModule):
         return self._patch_grid
 
     def set_grad_checkpointing(self, enable: bool = True):
-        """Turn activation checkpointing on or off for every block of the encoder loop (timm's switch).
+        """Turn activation checkpointing on or off for every block (timm's switch).
 
-        While training, each block of :meth:`forward_blocks` then keeps only its input and recomputes
-        the rest in backward; a block runner (:meth:`set_block_runner`) reads the same switch.
+        A block runner (:meth:`set_block_runner`) reads the same switch.
         """
         self.with_cp = enable
         for block in self.blocks:
             block.with_cp = enable
 
     def set_block_runner(self, runner: Optional[BlockRunner]) -> None:
-        """Choose how :meth:`forward_blocks` runs the blocks: the one extension point of the encoder loop.
+        """Choose how :meth:`forward_blocks` runs the blocks.
 
         Args:
-            runner (callable, optional): ``runner(blocks, tokens, grid) -> tokens`` that computes what
-                running ``blocks`` one after the other on ``tokens`` computes, for example in one
-                compiled loop (:func:`vit_plugin.xla.scan.scan_blocks`: the XLA compiler then sees one
-                block, not 24 or 32). It serves every pass that needs only the last block's output
-                (``forward`` with ``out_indices=-1``, ``forward_features``, ``encode``); outputs of
-                other blocks and attention maps come from the Python loop. None: the Python loop.
+            runner (callable, optional): ``runner(blocks, tokens, grid) -> tokens``, computing what the
+                blocks in turn compute (e.g. :func:`vit_plugin.xla.scan.scan_blocks`). Used only for passes
+                that need the last block alone; None: the Python loop. See docs/backbone.md.
+
+        Raises:
+            TypeError: ``runner`` is neither callable nor None.
         """
         if runner is not None and not callable(runner):
             raise TypeError(f'set_block_runner takes a callable (blocks, tokens, grid) -> tokens or None, got '
@@ -360,15 +272,9 @@ class ViT(BaseModule):
 
     # ------------------------------------------------------------------ initialisation
     def init_weights(self):
-        """Official initialisation unless ``init_cfg`` is given.
+        """The official initialisation, or ``init_cfg`` when given.
 
-        An ``init_cfg`` that loads weights (Pretrained) sets them all; any other ``init_cfg`` (e.g. Kaiming
-        for the patch projection) is applied, and the position embedding drawn from N(0, 0.02).
-
-        Dense layers: Xavier-uniform weights and N(0, 1e-6) biases; the fused qkv projection gets
-        Xavier bounds computed for each of its three D x D parts, as if q, k and v were separate;
-        patch embedding: LeCun-normal; position embedding: N(0, 0.02); class token and relative
-        position tables: zeros.
+        See docs/backbone.md#initialisation.
         """
         if self.init_cfg is not None:
             super().init_weights()
@@ -399,15 +305,7 @@ class ViT(BaseModule):
     # ------------------------------------------------------------------ loading
     def _adapt_checkpoint_layout_on_load(self, module, state_dict, prefix, local_metadata, strict, missing_keys,
                                          unexpected_keys, error_msgs):
-        """Load-state-dict pre-hook, first step: adapt the incoming tensors' shapes and key names.
-
-        Runs on every path that ends in ``load_state_dict`` (``init_cfg`` Pretrained, ``load_from``,
-        ``--resume``, plain calls): maps mmpretrain's key names, resizes ``pos_embed`` (source grid
-        from the incoming ``pos_embed_grid`` when we saved the weights, inferred when square, an error
-        otherwise) with the mode the checkpoint records or else ``pos_embed_load_mode``, resizes a
-        patch kernel of another size, and refuses weights of another architecture. It changes no
-        setting of the model. See :func:`vit_plugin.models.load_adapt.adapt_vit_state_dict`.
-        """
+        """Load pre-hook: key names, position table, patch kernel (:func:`adapt_vit_state_dict`)."""
         adapt_vit_state_dict(self, state_dict, prefix)
 
     #: The name of the layout step in earlier releases.
@@ -415,9 +313,7 @@ class ViT(BaseModule):
 
     def _apply_checkpoint_numerics_on_load(self, module, state_dict, prefix, local_metadata, strict,
                                            missing_keys, unexpected_keys, error_msgs):
-        """Load-state-dict pre-hook, second step: the checkpoint's records of GELU, LayerNorm eps and
-        input normalisation, applied, ignored or refused as ``checkpoint_numerics`` says. See
-        :func:`vit_plugin.models.numerics.apply_checkpoint_numerics`."""
+        """Load pre-hook: the numerics records, as ``checkpoint_numerics`` says."""
         apply_checkpoint_numerics(self, state_dict, prefix)
 
     # ------------------------------------------------------------------ freezing
@@ -444,11 +340,11 @@ class ViT(BaseModule):
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """Depth of a parameter for layer-wise learning-rate decay (mmpretrain's convention).
 
-        Embeddings (``pre_norm`` included) are depth 0, block ``i`` is depth ``i + 1``, the final norms
-        and anything after the backbone (e.g. the head) are depth ``num_layers + 1``.
+        Embeddings (``pre_norm`` too) are depth 0, block ``i`` is ``i + 1``, everything after the blocks
+        ``num_layers + 1``.
 
         Returns:
-            tuple[int, int]: (layer depth, total number of depths ``num_layers + 2``).
+            tuple[int, int]: (layer depth, number of depths ``num_layers + 2``).
         """
         num_depths = self.num_layers + 2
         if not param_name.startswith(prefix):
@@ -461,7 +357,7 @@ class ViT(BaseModule):
         return num_depths - 1, num_depths
 
     def no_weight_decay(self) -> set:
-        """Parameter names that should get no weight decay (position tables and the class token)."""
+        """Names of the parameters without weight decay: position tables and the class token."""
         names = {'pos_embed', 'cls_token'}
         if self.use_rel_pos:
             names |= {name for name, _ in self.named_parameters() if name.endswith(REL_POS_PARAM_SUFFIXES)}
@@ -489,16 +385,15 @@ class ViT(BaseModule):
     def embed(self, x: torch.Tensor,
               patch_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
               ) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        """Images (B, C, H, W) -> embedded tokens (B, N, D) with class token and positions, and the grid.
-
-        The tokens are those the first block takes (after the embedding dropout and ``pre_norm``).
+        """Images (B, C, H, W) -> (tokens (B, N, D) the first block takes, patch grid (rows, cols)).
 
         Args:
             x (Tensor): Images (B, C, H, W).
-            patch_transform (callable, optional): Applied to the patch embeddings (B, h*w, D) before
-                the class token and the position embedding are added; must keep the shape. Masked
-                patch prediction uses it to corrupt patch *embeddings*, as the paper does, so that a
-                replaced patch still carries the position embedding of where it sits. Defaults to None.
+            patch_transform (callable, optional): Applied to the patch embeddings (B, h*w, D) before the
+                class token and positions are added; keeps the shape (masked patch prediction).
+
+        Raises:
+            ValueError: The patch does not divide the input size and ``pad_to_patch`` is off.
         """
         x, grid = self.patch_embed(self._pad_or_check(x))
         if patch_transform is not None:
@@ -509,20 +404,16 @@ class ViT(BaseModule):
 
     def forward_blocks(self, x: torch.Tensor, grid: Tuple[int, int], taps: Sequence[int] = (),
                        return_attention: bool = False) -> BlockOutputs:
-        """The encoder loop: embedded tokens through every block. Every forward path runs it.
-
-        The blocks run one after the other in Python (with activation checkpointing when
-        :meth:`set_grad_checkpointing` is on), or through the block runner of :meth:`set_block_runner`
-        when only the last block's output is asked for.
+        """The encoder loop that every forward path runs: embedded tokens through every block.
 
         Args:
             x (Tensor): Embedded tokens (B, N, D), from :meth:`embed`.
-            grid (tuple[int, int]): The patch grid (rows, cols) of the tokens.
-            taps (Sequence[int]): Blocks (0-based) whose outputs to return as well. Defaults to ().
-            return_attention (bool): Also return every block's attention weights. Defaults to False.
+            grid (tuple[int, int]): The patch grid (rows, cols).
+            taps (Sequence[int]): Blocks (0-based) whose outputs to return too. Defaults to ().
+            return_attention (bool): Also return each block's attention weights. Defaults to False.
 
         Returns:
-            BlockOutputs: the last block's tokens (before the final norm), the taps, the attention.
+            BlockOutputs: Last block's tokens (before the final norm), the taps, the attention.
         """
         if self.block_runner is not None and not taps and not return_attention:
             return BlockOutputs(self.block_runner(self.blocks, x, grid), [], [])
@@ -538,8 +429,7 @@ class ViT(BaseModule):
         return BlockOutputs(x, tapped, attention)
 
     def forward_tokens(self, x: torch.Tensor, grid: Tuple[int, int]) -> Tuple[torch.Tensor, ...]:
-        """Run embedded tokens through the encoder and format the requested outputs (``out_indices``;
-        the final norm applies to the last block's output only)."""
+        """Embedded tokens -> one formatted output per ``out_indices`` entry."""
         last = self.num_layers - 1
         blocks = self.forward_blocks(x, grid, taps=[i for i in self.out_indices if i != last])
         outs = [self._format_output(tokens, grid) for tokens in blocks.taps]
@@ -566,28 +456,21 @@ class ViT(BaseModule):
         return self.forward_tokens(x, grid)
 
     def encode(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
-        """Embedded tokens (B, N, D) from :meth:`embed` -> all tokens after every block and the final norm.
-
-        The second half of :meth:`forward_features`, public so that algorithms that change the
-        embedding (masked patch prediction) run exactly the backbone's encoder: windowed blocks and
-        relative position bias need the patch ``grid`` (rows, cols).
-        """
+        """Embedded tokens (B, N, D) and grid -> all tokens after every block and the final norm."""
         return self.norm(self.forward_blocks(x, grid).last)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images -> all tokens after the last block and the final norm, (B, N, D) (timm's layering)."""
+        """Images -> all tokens (B, N, D) after the last block and the final norm."""
         return self.encode(*self.embed(x))
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> List[torch.Tensor]:
-        """Attention weights of every block, each (B, heads, N, N), for analysis tools (the encoder loop
-        of :meth:`forward_blocks`, asked for the attention)."""
+        """Attention weights of every block, each (B, heads, N, N)."""
         return self.forward_blocks(*self.embed(x), return_attention=True).attention
 
 
 def _check_choices(out_type: str, with_cls_token: bool, interpolate_mode: str, pos_embed_load_mode: str,
                    gelu_approximate: str, checkpoint_numerics: str) -> None:
-    """Refuse option values that have no meaning, before anything is built."""
     if out_type not in OUT_TYPES:
         raise ValueError(f'out_type must be one of {OUT_TYPES}, got {out_type!r}')
     if out_type == 'cls_token' and not with_cls_token:
@@ -603,6 +486,5 @@ def _check_choices(out_type: str, with_cls_token: bool, interpolate_mode: str, p
 
 
 def _loads_weights(init_cfg: Union[dict, List[dict]]) -> bool:
-    """Whether an ``init_cfg`` loads a checkpoint (type 'Pretrained'), alone or in a list."""
     cfgs = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
     return any(isinstance(cfg, dict) and cfg.get('type') == 'Pretrained' for cfg in cfgs)

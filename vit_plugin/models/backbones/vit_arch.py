@@ -1,19 +1,7 @@
 """The ViT architectures by name: one table, with its aliases, and the parsing of an ``arch`` argument.
 
-The table does not depend on the model: this module imports nothing from the rest of the package (nor
-torch), and the converters and tools read the names from here, not from the ``ViT`` class.
-
-The names are those of the paper (Ti and S from the DeiT and "How to train your ViT" papers; B, L, H
-from Table 1) and those of mmpretrain's ``VisionTransformer.arch_zoo`` for its plain-ViT families:
-DeiT, DINOv2 and EVA-g. An arch fixes the four sizes only, as in mmpretrain; patch size, image size,
-layer scale and the MLP type are keywords of the backbone (DINOv2's configs: ``patch_size=14``,
-``img_size=518``, ``layer_scale_init_value=1e-5``, and for the giant model
-``layer_cfgs=dict(ffn_type='swiglu_fused')``).
-
-One name differs from mmpretrain: ``'s'``/``'small'`` is ViT-S (384 wide, 12 blocks, 6 heads, MLP
-1536), the model of DeiT-S and of the later ViT papers; mmpretrain's ``'small'`` is an older 768-wide,
-8-block model (MLP 2304) that none of mmpretrain's 1.2.0 configs uses. A config that means the
-latter gives it as a dict: ``arch=dict(embed_dims=768, num_layers=8, num_heads=8, feedforward_channels=2304)``.
+Imports nothing from the package nor torch. Names, sizes and the one name that differs from
+mmpretrain (``'s'``): docs/backbone.md#archs.
 """
 from typing import Any, Dict, Mapping, Tuple, Union
 
@@ -54,12 +42,12 @@ VIT_ARCHS: Dict[str, Dict[str, int]] = _expand_aliases({
 def parse_arch(arch: Union[str, Mapping[str, Any]], table: Mapping[str, dict] = VIT_ARCHS) -> Dict[str, int]:
     """The sizes an ``arch`` argument names: a key of ``table`` (any case) or a dict.
 
-    A dict takes ``embed_dims``, ``num_layers``, ``num_heads`` and ``mlp_dims``, or mmpretrain's name for
-    the MLP width, ``feedforward_channels`` (its arch dicts are accepted as they are).
+    A dict takes ``embed_dims``, ``num_layers``, ``num_heads`` and ``mlp_dims`` (or
+    ``feedforward_channels``).
 
     Raises:
-        KeyError: an unknown name.
-        ValueError: a dict with missing, unknown or contradictory keys.
+        KeyError: An unknown name.
+        ValueError: A dict with missing, unknown or contradictory keys.
     """
     if isinstance(arch, str):
         key = arch.lower()

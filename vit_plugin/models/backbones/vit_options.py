@@ -1,10 +1,7 @@
-"""The backbone's keywords normalised to one set of settings: ours, and mmpretrain ``VisionTransformer``'s.
+"""The backbone's keywords, ours and mmpretrain ``VisionTransformer``'s, normalised to one set of settings.
 
-mmpretrain describes parts of the model with config dicts (``norm_cfg``, ``patch_cfg``, ``layer_cfgs``)
-where :class:`~vit_plugin.models.ViT` has plain keywords. The functions here read those dicts with
-mmpretrain's meaning, refuse every key that has none in our encoder with an error that names the key
-and what to use instead, and return the plain settings :class:`ViT` builds from. They are pure: no
-module is built here.
+Pure functions; unknown or meaningless keys are refused with what to use instead. See
+docs/backbone.md#every-keyword-of-mmpretrains-visiontransformer.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -32,11 +29,7 @@ _LAYER_NORM_TYPES = ('LN', 'LayerNorm')
 
 
 def norm_eps_from_cfg(norm_cfg: Any, what: str = 'norm_cfg') -> float:
-    """The epsilon of an mmpretrain norm config, which must describe a LayerNorm.
-
-    As in mmpretrain, a config without ``eps`` means 1e-5 (its ``build_norm_layer`` default), not the
-    1e-6 of its ``VisionTransformer`` default ``dict(type='LN', eps=1e-6)``.
-    """
+    """The eps of an mmpretrain LayerNorm config (1e-5 without ``eps``, as mmpretrain); else ValueError."""
     if not isinstance(norm_cfg, Mapping) or 'type' not in norm_cfg:
         raise ValueError(f"{what} must be a dict with a 'type', e.g. dict(type='LN', eps=1e-6), got {norm_cfg!r}")
     if norm_cfg['type'] not in _LAYER_NORM_TYPES:
@@ -68,11 +61,11 @@ class PatchSettings:
 
     Attributes:
         patch_size (tuple[int, int]): Kernel = stride of the patch projection.
-        img_size (tuple[int, int]): The image size the stored position-embedding grid is made for.
+        img_size (tuple[int, int]): Image size of the stored position grid.
         in_channels (int): Image channels.
         bias (bool): Bias of the patch projection.
-        padding (str, optional): One of :data:`PATCH_PADDINGS`, or None to refuse sizes that the
-            patch size does not divide.
+        padding (str, optional): One of :data:`PATCH_PADDINGS`, or None to refuse sizes the patch
+            does not divide.
     """
     patch_size: Tuple[int, int]
     img_size: Tuple[int, int]
@@ -109,8 +102,7 @@ def _patch_padding(cfg: Mapping, pad_to_patch: bool) -> Optional[str]:
 def patch_settings(patch_cfg: Optional[Mapping], patch_size: Union[int, Sequence[int]],
                    img_size: Union[int, Sequence[int]], in_channels: int, embed_dims: int, pad_to_patch: bool,
                    pre_norm: bool) -> PatchSettings:
-    """Our patch keywords with mmpretrain's ``patch_cfg`` applied over them, as its ``VisionTransformer``
-    does (``patch_cfg`` wins; the projection has no bias when ``pre_norm``, unless ``patch_cfg`` says)."""
+    """Our patch keywords with mmpretrain's ``patch_cfg`` applied over them (``patch_cfg`` wins)."""
     cfg = dict(patch_cfg or {})
     unknown = sorted(set(cfg) - set(PATCH_CFG_KEYS))
     if unknown:
@@ -199,15 +191,13 @@ def _apply_layer_cfg(settings: Dict[str, Any], cfg: Mapping, arch: Mapping, what
 
 def block_settings(layer_cfgs: Union[None, Mapping, Sequence[Mapping]], arch: Mapping[str, int],
                    defaults: Mapping[str, Any], drop_path_rate: float) -> List[Dict[str, Any]]:
-    """Keyword arguments of every encoder block: ``defaults``, the stochastic-depth schedule, then
-    mmpretrain's ``layer_cfgs`` (one dict for all blocks, or one per block) over them.
+    """Keyword arguments of every encoder block: ``defaults``, drop path, then ``layer_cfgs`` over them.
 
     Args:
-        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's per-layer configs; None for none.
+        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's per-layer configs.
         arch (dict): The arch's sizes (``num_layers``, ``embed_dims``, ``num_heads``, ``mlp_dims``).
         defaults (dict): Block arguments from the backbone's keywords.
-        drop_path_rate (float): Stochastic depth of the last block; it increases linearly from 0 at
-            the first (Python floats, so that the model also builds on the 'meta' device).
+        drop_path_rate (float): Stochastic depth of the last block, rising linearly from 0.
 
     Returns:
         list[dict]: ``num_layers`` dicts of :class:`~vit_plugin.models.layers.EncoderBlock` arguments.

@@ -1,10 +1,6 @@
 """A ViT classifier head whose rows follow a named label space, and that loads heads of another one.
 
-The official ImageNet-21k checkpoints have 21,843 rows in Google's order; timm's 22k shards label
-21,841 classes in fall11's sorted order. :class:`LabelSpaceClsHead` reorders an incoming head's rows
-to its own space whenever weights load (``init_cfg`` Pretrained, ``load_from``, ``load_state_dict``
-and the strict loader of ``tools/test.py``, inference and export), and
-:func:`remap_head_rows` is that reordering as a pure function (docs/checkpoints.md, "Label spaces").
+See docs/checkpoints.md#label-spaces.
 """
 import logging
 from typing import Dict, List, Optional, Tuple
@@ -27,24 +23,19 @@ def remap_head_rows(weight: torch.Tensor, bias: Optional[torch.Tensor],
                     index) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """A classifier's rows put in another label order: output row ``i`` is input row ``index[i]``.
 
-    A row whose class the input lacks (``index[i] == -1``) gets zero weight and zero bias, as the
-    paper's zero-initialised head starts every class: its logit is 0 for every image until it is
-    trained (when evaluating, such a class is never learned, but can outrank classes whose logits are
-    all negative).
+    Rows whose class the input lacks (``index[i] == -1``) get zero weight and bias.
 
     Args:
         weight (torch.Tensor): ``(num_in, C)``.
-        bias (torch.Tensor, optional): ``(num_in,)``, or None for a layer without bias.
-        index (array-like of int): ``(num_out,)``, the input row of each output row, -1 for none;
-            :func:`vit_plugin.label_spaces.index_map` ``(out_space, in_space)`` gives it.
+        bias (torch.Tensor, optional): ``(num_in,)``, or None.
+        index (array-like of int): ``(num_out,)``, the input row of each output row, -1 for none
+            (:func:`vit_plugin.label_spaces.index_map`).
 
     Returns:
-        tuple: (weight ``(num_out, C)``, bias ``(num_out,)`` or None), new tensors of the inputs' dtype
-        and device.
+        tuple: (weight ``(num_out, C)``, bias ``(num_out,)`` or None), new tensors, same dtype/device.
 
     Raises:
-        ValueError: ``index`` not 1-D or naming a row the input does not have, or a bias of another
-            length than the weight.
+        ValueError: ``index`` not 1-D or out of range, or a bias of another length than the weight.
     """
     index = torch.as_tensor(np.array(index, dtype=np.int64), device=weight.device)  # a copy: maps are read-only
     if index.dim() != 1 or weight.dim() != 2:
@@ -84,31 +75,18 @@ def describe_remap(src: str, dst: str) -> str:
 
 @MODELS.register_module()
 class LabelSpaceClsHead(VisionTransformerClsHead, AdaptsIncomingWeights):
-    """mmpretrain's ``VisionTransformerClsHead`` whose classes are a named label space, loading the
-    head of a checkpoint in another label space by reordering its rows.
+    """mmpretrain's ``VisionTransformerClsHead`` whose classes are a named label space.
 
-    Loading weights whose classifier has ``num_classes(checkpoint_label_space)`` rows reorders them
-    to ``label_space`` (:func:`remap_head_rows`, logged): a class the checkpoint lacks starts at zero,
-    one this head lacks is dropped. Weights with this head's own row count (its own checkpoints)
-    load as they are, so ``checkpoint_label_space`` must have another count than ``label_space``.
-    Every other count is refused with the option to set. The ``pre_logits`` layer is not touched.
+    Heads of ``checkpoint_label_space`` are reordered to ``label_space`` on load; heads of its own row
+    count load as they are. See docs/checkpoints.md#label-spaces.
 
     Args:
-        label_space (str): The classes of this head (:mod:`vit_plugin.label_spaces`: 'fall11',
-            'google21k', 'winter21', 'imagenet1k' or an alias).
+        label_space (str): The classes of this head (:mod:`vit_plugin.label_spaces`).
         in_channels (int): Width of the features.
-        checkpoint_label_space (str, optional): The label space of the checkpoints to load, e.g.
-            'google21k' for the official ImageNet-21k weights. Defaults to None (heads of this space
-            only).
+        checkpoint_label_space (str, optional): Label space of the checkpoints to load (its size must
+            differ from ``label_space``'s). Defaults to None: heads of this space only.
         num_classes (int, optional): Defaults to the size of ``label_space``; if given, it must be it.
-        **kwargs: The rest of ``VisionTransformerClsHead``'s arguments (``hidden_dim``, ``loss`` ...).
-
-    Example:
-        The official in21k weights evaluated on timm's 22k shards (fall11 labels)::
-
-            head=dict(type='vit_plugin.LabelSpaceClsHead', label_space='fall11',
-                      checkpoint_label_space='google21k', in_channels=768, hidden_dim=768)
-            load_from = 'ViT-B_16.npz'
+        **kwargs: The rest of ``VisionTransformerClsHead``'s arguments.
     """
 
     def __init__(self,
@@ -145,8 +123,7 @@ class LabelSpaceClsHead(VisionTransformerClsHead, AdaptsIncomingWeights):
             list[str]: The message logged, if the rows were reordered.
 
         Raises:
-            ValueError: a classifier of another row count than this head's or
-                ``checkpoint_label_space``'s, naming the option to set.
+            ValueError: A classifier of another row count than this head's or ``checkpoint_label_space``'s.
         """
         key = prefix + CLASSIFIER + 'weight'
         weight = state_dict.get(key)

@@ -34,42 +34,24 @@ def _rescale_branch(channels: int, scale: float, norm: str, eps: float) -> Tuple
 
 @MODELS.register_module()
 class SimpleFeaturePyramid(BaseModule):
-    """Multi-scale maps from a plain ViT (Li et al., "Exploring Plain Vision Transformer Backbones for
-    Object Detection", ECCV 2022).
+    """ViTDet's simple feature pyramid: multi-scale maps from a plain ViT (Li et al., ECCV 2022).
 
-    Every scale factor gets a resampling branch: 4x = two stride-2 deconvolutions (LayerNorm + GELU
-    between), 2x = one deconvolution, 1x = identity, 0.5x = 2x2 max-pooling. From a stride-16 ViT map
-    the default factors give strides 4, 8, 16, 32. Each branch is then projected to ``out_channels``
-    by a 1x1 and a 3x3 convolution, each followed by a LayerNorm over channels; extra levels beyond
-    the branches (``num_outs``) are stride-2 subsamplings of the last one (P6 for the RPN).
-
-    Two ways to use it:
-
-    - **Simple pyramid (ViTDet)**: the backbone returns one map (``out_indices=-1``); every branch
-      reads it.
-    - **Feeding mmdet's FPN**: the backbone returns one map per branch (e.g. ``out_indices=(2, 5, 8,
-      11)``), branch ``i`` rescales map ``i``, and with ``out_channels=None`` the neck only rescales,
-      so ``neck=[dict(type='vit_plugin.SimpleFeaturePyramid', in_channels=D, out_channels=None),
-      dict(type='FPN', in_channels=[D // 4, D // 2, D, D], ...)]`` hands mmdet's FPN a standard
-      stride 4-32 pyramid (see :attr:`branch_channels`).
+    Branches per scale factor (4x, 2x: deconvolutions; 1x: identity; 0.5x: max-pool), each projected
+    to ``out_channels``; extra levels are stride-2 subsamplings of the last. One backbone map feeds
+    every branch, or one map per branch (``out_channels=None`` then feeds mmdet's ``FPN``; see
+    :attr:`branch_channels`). See docs/detection.md.
 
     Args:
         in_channels (int): Width D of the ViT maps.
-        out_channels (int, optional): Output width of every level. None: no projection, each level
-            keeps its branch width. Defaults to 256.
-        scale_factors (Sequence[float]): Resampling factor of each branch, from 4.0, 2.0, 1.0, 0.5.
-            Defaults to (4.0, 2.0, 1.0, 0.5).
-        num_outs (int, optional): Number of output levels, >= len(scale_factors). Defaults to None
-            (one per branch). Mask/Faster R-CNN's RPN uses 5 levels (strides 4-64), RetinaNet 5 levels
-            starting at stride 8 (use factors (2.0, 1.0, 0.5)).
-        norm (str): Normalisation after each projection (and inside the 4x branch): 'LN', LayerNorm
-            over channels at every position (ViTDet), or 'GN', GroupNorm with up to 32 groups.
-            Defaults to 'LN'. For ViT maps (already layer-normed tokens) both work; for a ReLU CNN
-            map use 'GN': LN's gradient norms there are large enough for clipping to stall training
-            (results in docs/detection.md, "Pyramid").
+        out_channels (int, optional): Width of every level; None keeps the branch widths.
+            Defaults to 256.
+        scale_factors (Sequence[float]): Factor of each branch, from 4.0, 2.0, 1.0, 0.5.
+        num_outs (int, optional): Output levels, >= len(scale_factors). None: one per branch.
+        norm (str): 'LN' (over channels, ViTDet) or 'GN' (up to 32 groups; for CNN maps).
+            Defaults to 'LN'.
         norm_eps (float): Epsilon of the norms. Defaults to 1e-6.
-        init_cfg (dict | list[dict], optional): Defaults to Kaiming-uniform convolutions (a=1, as in
-            mmdet's FPN/ViTDet's c2_xavier_fill) with zero biases.
+        init_cfg (dict | list[dict], optional): Defaults to Kaiming-uniform convolutions (a=1) with
+            zero biases.
     """
 
     def __init__(self,

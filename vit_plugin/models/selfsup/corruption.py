@@ -1,15 +1,6 @@
-"""BERT-style corruption of patch embeddings for masked patch prediction.
+"""BERT-style corruption of patch embeddings for masked patch prediction, with static shapes.
 
-A fixed number ``K = round(corrupt_ratio * N)`` of the ``N`` patches of every image is corrupted (the
-paper: 50%). Each corrupted patch independently gets one of three actions: replaced by the learnable
-[mask] embedding (paper: 80%), replaced by the embedding of a random *other* patch (10%), or kept as
-it is (10%). The kept ones are still predicted, as in BERT, so the model cannot tell from the input
-alone which visible patches it will be asked about.
-
-Shapes never depend on the data: the corrupted positions are the first ``K`` entries of a random
-permutation (``argsort`` of uniform noise), the actions are arithmetic on uniform draws, and the
-embeddings are written back with ``gather``/``scatter``. The whole step traces to one static graph on
-XLA; nothing uses boolean indexing.
+See docs/mpp.md.
 """
 from dataclasses import dataclass
 
@@ -24,11 +15,10 @@ class CorruptionPlan:
     """Which patches are corrupted and how.
 
     Attributes:
-        ids (Tensor): (B, K) long, positions (0..N-1) of the corrupted patches of each image.
+        ids (Tensor): (B, K) long, positions (0..N-1) of the corrupted patches.
         actions (Tensor): (B, K) long, ``ACTION_MASK``, ``ACTION_RANDOM`` or ``ACTION_KEEP``.
-        sources (Tensor): (B, K) long, for every corrupted patch the flat index (``b * N + n``) of the
-            patch whose embedding replaces it when its action is ``ACTION_RANDOM`` (always a different
-            patch; drawn for every entry so that the shape is fixed, unused for the other actions).
+        sources (Tensor): (B, K) long, flat index (``b * N + n``) of the replacing patch for
+            ``ACTION_RANDOM`` (always another patch; drawn for every entry).
         num_patches (int): N.
     """
     ids: torch.Tensor
@@ -49,11 +39,7 @@ def num_corrupted(num_patches: int, corrupt_ratio: float) -> int:
 
 
 def check_corruption_args(corrupt_ratio: float, mask_prob: float, random_prob: float, random_source: str):
-    """Raise ``ValueError`` for corruption settings :func:`sample_corruption` cannot draw from.
-
-    :class:`~vit_plugin.models.selfsup.MaskedPatchPrediction` calls it when it is built, so a bad
-    config fails before training starts rather than at the first step.
-    """
+    """Raise ``ValueError`` for settings :func:`sample_corruption` cannot draw from."""
     if random_source not in RANDOM_SOURCES:
         raise ValueError(f'random_source must be one of {RANDOM_SOURCES}, got {random_source!r}')
     if not (0. < corrupt_ratio <= 1.):
@@ -72,13 +58,9 @@ def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 
         batch_size (int): B.
         num_patches (int): N, patches per image.
         corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5.
-        mask_prob (float): Probability that a corrupted patch becomes the [mask] embedding.
-            Defaults to 0.8.
-        random_prob (float): Probability that it becomes a random other patch's embedding; the rest,
-            ``1 - mask_prob - random_prob``, is kept unchanged. Defaults to 0.1.
-        random_source (str): Where random replacements come from: 'batch' (any other patch of any
-            image in the batch, the closest analogue of BERT's random vocabulary word) or 'image'
-            (another patch of the same image). Defaults to 'batch'.
+        mask_prob (float): Probability of the [mask] embedding. Defaults to 0.8.
+        random_prob (float): Probability of a random other patch; the rest is kept. Defaults to 0.1.
+        random_source (str): 'batch' (any other patch of the batch) or 'image' (of the same image).
         device (torch.device, optional): Where to create the plan. Defaults to None (CPU).
         generator (torch.Generator, optional): For reproducible draws. Defaults to None.
     """
@@ -105,8 +87,7 @@ def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 
 def apply_corruption(patches: torch.Tensor, plan: CorruptionPlan, mask_token: torch.Tensor) -> torch.Tensor:
     """Corrupt patch embeddings (B, N, D) according to ``plan``; returns a new tensor.
 
-    Random replacements take the *uncorrupted* embedding of their source patch. Position embeddings
-    are added afterwards by the backbone, so every replaced patch keeps the position of its slot.
+    Random replacements take the uncorrupted embedding of their source patch.
     """
     B, N, D = patches.shape
     if N != plan.num_patches:

@@ -7,22 +7,16 @@ from vit_plugin.registry import MODELS
 
 @MODELS.register_module()
 class PatchHOGGenerator(HOGGenerator):
-    """mmpretrain's :class:`~mmpretrain.models.selfsup.HOGGenerator` with the patch size as an argument.
+    """mmpretrain's ``HOGGenerator`` with the patch size as an argument, for any image size.
 
-    mmpretrain's generator cuts the HOG cells into a fixed 14 x 14 grid of patches (224 px images,
-    patch 16), so at other sizes it returns the wrong number of targets, or none. Here the cells are
-    grouped per ``patch_size`` pixels, whatever the image size: ``(patch_size // pool) ** 2`` cells per
-    patch, each a histogram of ``nbins`` gradient orientations per colour channel, so every patch
-    target has ``3 * nbins * (patch_size // pool) ** 2`` values (MaskFeat's 108 with the defaults'
-    2 x 2 cells of 9 bins). The histograms themselves are mmpretrain's, unchanged.
+    Each patch target has ``3 * nbins * (patch_size // pool) ** 2`` values (108 with the defaults).
 
     Args:
         patch_size (int): Pixels per patch side of the encoder. Defaults to 16.
         nbins (int): Orientation bins per cell. Defaults to 9.
         pool (int): Pixels per cell side; must divide ``patch_size``. Defaults to 8.
-        gaussian_window (int): Side of the Gaussian that weights the gradient magnitudes, tiled over
-            the image (MaskFeat uses the patch size, so each patch is weighted towards its centre);
-            0 disables it. Defaults to 16.
+        gaussian_window (int): Side of the Gaussian weighting of gradient magnitudes, tiled over the
+            image; 0 disables it. Defaults to 16.
     """
 
     def __init__(self, patch_size: int = 16, nbins: int = 9, pool: int = 8, gaussian_window: int = 16) -> None:

@@ -14,38 +14,25 @@ from .targets import compute_targets, unnormalize
 
 @MODELS.register_module()
 class MaskedPatchPrediction(BaseSelfSupervisor):
-    """Corrupt half of the patch embeddings, predict a target of every corrupted patch from its output.
+    """Masked patch prediction: corrupt patch embeddings, predict a target of each corrupted patch.
 
-    Per image, ``round(corrupt_ratio * N)`` patch embeddings are corrupted *before* the position
-    embedding is added (so each keeps its slot's position): of those, ``mask_prob`` become a learnable
-    [mask] embedding, ``random_prob`` the embedding of a random other patch, the rest stay as they are
-    (see :mod:`~vit_plugin.models.selfsup.corruption`). The encoder's output token of every corrupted
-    patch goes through the head, which predicts a target computed from the *un-normalised* pixels
-    (see :mod:`~vit_plugin.models.selfsup.targets`). The class token takes part in attention but is
-    not trained on directly.
-
-    All shapes are fixed by the input size: corrupted positions are gathered and written back with
-    index operations, so the step compiles once on XLA.
+    See docs/mpp.md for the corruption, the targets and the configs.
 
     Args:
-        backbone (dict): A :class:`~vit_plugin.models.backbones.ViT` config (``type='vit_plugin.ViT'``);
-            its ``out_type`` does not matter here (the algorithm reads all patch tokens after the
-            final norm), which keeps the backbone config identical to the fine-tuning one. Windowed
-            blocks and relative position bias work as in the backbone's own forward. The hybrid
-            (``HybridViT``) is refused: each of its tokens is computed from a wide region of the image
-            by the ResNet, so corrupting a token would leave its pixels visible in its neighbours.
-        head (dict): An :class:`~vit_plugin.models.selfsup.MPPHead` config; its ``target`` selects the
-            prediction target.
-        corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5 (the paper;
-            it also tried BERT's 0.15).
-        mask_prob (float): Share of corrupted patches replaced by the [mask] embedding. Defaults to 0.8.
-        random_prob (float): Share replaced by a random other patch's embedding. Defaults to 0.1.
-        random_source (str): 'batch' (any other patch in the batch) or 'image' (another patch of the
-            same image). Defaults to 'batch'.
-        data_preprocessor (dict, optional): Defaults to None, mmpretrain's ``SelfSupDataPreprocessor``
-            without normalisation; configs set ``mean=std=127.5`` for the paper's [-1, 1] inputs. The
-            targets undo whatever normalisation it applies.
+        backbone (dict): A ``vit_plugin.ViT`` config; its ``out_type`` is not used. ``HybridViT`` is
+            refused (its tokens see their neighbours' pixels).
+        head (dict): An :class:`~vit_plugin.models.selfsup.MPPHead` config; its ``target`` selects
+            the target.
+        corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5.
+        mask_prob (float): Share of corrupted patches replaced by [mask]. Defaults to 0.8.
+        random_prob (float): Share replaced by a random other patch. Defaults to 0.1.
+        random_source (str): 'batch' or 'image'. Defaults to 'batch'.
+        data_preprocessor (dict, optional): Defaults to mmpretrain's ``SelfSupDataPreprocessor``
+            without normalisation; the targets undo any normalisation.
         init_cfg (dict, optional): Defaults to None.
+
+    Raises:
+        ValueError: Corruption settings out of range, or a hybrid backbone.
     """
 
     def __init__(self,
@@ -96,15 +83,11 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
                                  self.random_source, device=device)
 
     def encode_corrupted(self, inputs: torch.Tensor, plan: Optional[CorruptionPlan] = None):
-        """Corrupt the patch embeddings of normalised images and encode them.
-
-        Args:
-            inputs (Tensor): Normalised images (B, C, H, W).
-            plan (CorruptionPlan, optional): Defaults to None (a fresh random plan).
+        """Corrupt the patch embeddings of normalised images (B, C, H, W) and encode them.
 
         Returns:
-            tuple[Tensor, CorruptionPlan]: Patch tokens after the final norm (B, N, D) (class token
-            removed) and the plan that was applied.
+            tuple[Tensor, CorruptionPlan]: Patch tokens (B, N, D) after the final norm, no class token,
+            and the plan applied (``plan``, or a fresh random one).
         """
         used = []
 
@@ -119,11 +102,7 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
         return x[:, self.backbone.num_prefix_tokens:], used[0]
 
     def _targets(self, inputs: torch.Tensor, num_tokens: Optional[int] = None) -> torch.Tensor:
-        """Targets (B, N, ...) of every patch of normalised images; checked against ``num_tokens``.
-
-        The gather of corrupted positions indexes targets and tokens alike, so a count that differs
-        would pair tokens with the targets of other patches without any error: refuse it here.
-        """
+        """Targets (B, N, ...) of every patch; raises if N differs from ``num_tokens``."""
         pixels = unnormalize(inputs, self.data_preprocessor)
         target = compute_targets(self.head.target, pixels, self.backbone.patch_size, self.head.color_bits,
                                  self.head.cells)
@@ -155,7 +134,7 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
         """Corrupt, encode, predict; the loss covers the corrupted patches only.
 
         Returns:
-            dict[str, Tensor]: ``loss`` (optimised) and, for classification targets, ``acc`` (logged).
+            dict[str, Tensor]: ``loss`` and, for classification targets, ``acc`` (logged).
         """
         inputs = self._single_view(inputs)
         latent, plan = self.encode_corrupted(inputs)
@@ -164,15 +143,11 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
 
     @torch.no_grad()
     def predict_corrupted(self, inputs: torch.Tensor, plan: Optional[CorruptionPlan] = None) -> dict:
-        """What the model predicts for the corrupted patches (for visualisation and analysis).
-
-        Args:
-            inputs (Tensor): Normalised images (B, C, H, W).
-            plan (CorruptionPlan, optional): Defaults to None (a fresh random plan).
+        """What the model predicts for the corrupted patches of normalised images (B, C, H, W).
 
         Returns:
-            dict: ``plan``; ``pred`` (B, K, ...) the head's outputs (logits, or pixels in [-1, 1]);
-            ``target`` (B, K, ...) the true targets; ``pixels`` (B, C, H, W) the un-normalised input.
+            dict: ``plan``; ``pred`` (B, K, ...) logits or pixels in [-1, 1]; ``target`` (B, K, ...);
+            ``pixels`` (B, C, H, W) the un-normalised input.
         """
         inputs = self._single_view(inputs)
         latent, plan = self.encode_corrupted(inputs, plan)

@@ -14,22 +14,18 @@ from .targets import TARGETS
 
 @MODELS.register_module()
 class MPPHead(BaseModule):
-    """Linear prediction of the MPP target from each corrupted patch's output representation.
+    """Linear prediction of the MPP target from each corrupted patch's token (docs/mpp.md).
 
-    ``'mean_color_3bit'`` and ``'downsized_4x4_3bit'`` are classifications trained with cross-entropy
-    (one 512-way softmax per patch, or one per 4x4 cell); ``'pixel_l2'`` is a regression of all
-    ``ph*pw*C`` pixel values with the mean squared error. The loss is averaged over the corrupted
-    patches it is given (and over cells / pixel values), so it does not change with the corruption
-    ratio or the batch size.
+    Cross-entropy for the colour classes, mean squared error for ``'pixel_l2'``; averaged over the
+    patches given (and cells or pixel values).
 
     Args:
         in_channels (int): Width D of the backbone's tokens. Defaults to 768.
         target (str): One of :data:`~vit_plugin.models.selfsup.targets.TARGETS`.
             Defaults to 'mean_color_3bit'.
-        patch_size (int | tuple[int, int]): The backbone's patch size (sets the output size of
-            ``'pixel_l2'``; checked against the backbone by the algorithm). Defaults to 16.
-        img_channels (int): Colour channels of the images. Defaults to 3.
-        color_bits (int): Bits per channel of the colour classes. Defaults to 3 (512 classes).
+        patch_size (int | tuple[int, int]): The backbone's patch size. Defaults to 16.
+        img_channels (int): Colour channels. Defaults to 3.
+        color_bits (int): Bits per channel of the colour classes. Defaults to 3.
         cells (int): Side of the downsized grid of ``'downsized_4x4_3bit'``. Defaults to 4.
         loss_weight (float): Multiplier of the loss. Defaults to 1.
         init_cfg (dict, optional): Defaults to None: Xavier-uniform weight, zero bias.
@@ -78,16 +74,14 @@ class MPPHead(BaseModule):
         return self.fc(latent).reshape(*latent.shape[:-1], *self.out_shape)
 
     def loss(self, latent: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """Loss of the corrupted patches' tokens (B, K, D) against their targets.
+        """Loss of the corrupted patches' tokens against their targets.
 
         Args:
-            latent (Tensor): Output tokens of the corrupted patches, (B, K, D).
-            target (Tensor): Their targets: (B, K) or (B, K, cells**2) class indices, or
-                (B, K, ph*pw*C) pixels in [-1, 1].
+            latent (Tensor): Tokens of the corrupted patches, (B, K, D).
+            target (Tensor): (B, K) or (B, K, cells**2) class indices, or (B, K, ph*pw*C) in [-1, 1].
 
         Returns:
-            dict[str, Tensor]: ``loss`` and, for the classification targets, ``acc`` (top-1 accuracy
-            in %, over patches and cells; logged, not optimised).
+            dict[str, Tensor]: ``loss`` and, for classification targets, ``acc`` (top-1 in %, logged).
         """
         pred = self(latent)
         if not self.is_classification:

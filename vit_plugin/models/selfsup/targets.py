@@ -1,16 +1,6 @@
-"""Prediction targets of masked patch prediction, computed from un-normalised pixels.
+"""Prediction targets of masked patch prediction, from un-normalised pixels (docs/mpp.md).
 
-The paper (Appendix B.1.2) tried three targets for every corrupted patch:
-
-* ``'mean_color_3bit'``: the patch's mean colour with 3 bits per channel, one of 512 classes (the
-  setting the paper reports);
-* ``'downsized_4x4_3bit'``: the patch averaged down to 4x4 cells, each cell a 3-bit colour, i.e. 16
-  parallel 512-way classifications;
-* ``'pixel_l2'``: L2 regression on every pixel of the patch.
-
-Everything here works on whole batches with fixed output shapes (average pooling and reshapes), so it
-traces to one static graph on XLA. Patches are numbered row-major over the patch grid, which is the
-token order of :class:`~vit_plugin.models.layers.PatchEmbed`.
+Patches are numbered row-major over the patch grid, the token order of ``PatchEmbed``.
 """
 from typing import Optional, Tuple
 
@@ -27,17 +17,12 @@ EDGE_TOLERANCE = 2e-4
 
 
 def unnormalize(inputs: torch.Tensor, data_preprocessor: Optional[torch.nn.Module]) -> torch.Tensor:
-    """Undo the data preprocessor's ``(x - mean) / std``, giving pixels back in [0, 255].
-
-    Works with any preprocessor that normalises the way mmengine's ``ImgDataPreprocessor`` does
-    (mmpretrain's ``SelfSupDataPreprocessor`` and ``ClsDataPreprocessor`` included): it reads the
-    ``mean``/``std`` buffers, which are already in the channel order the model sees (after any
-    BGR->RGB swap). A preprocessor that does not normalise leaves the inputs unchanged.
+    """Undo the data preprocessor's ``(x - mean) / std``: pixels back in [0, 255].
 
     Args:
         inputs (Tensor): Normalised images (B, C, H, W).
-        data_preprocessor (nn.Module, optional): The model's data preprocessor. Defaults to None
-            (inputs are taken as raw pixels).
+        data_preprocessor (nn.Module, optional): An mmengine-style preprocessor (``mean``/``std``
+            buffers); None or one that does not normalise leaves the inputs unchanged.
 
     Returns:
         Tensor: Pixels (B, C, H, W), clamped to [0, 255].
@@ -59,11 +44,9 @@ def _check_divisible(size: Tuple[int, int], cell: Tuple[int, int], what: str):
 
 
 def quantize(values: torch.Tensor, bits: int = 3) -> torch.Tensor:
-    """Values in [0, 255] -> integer levels in [0, 2**bits) (equal-width bins: 0-31 -> 0 ... for 3 bits).
+    """Values in [0, 255] -> integer levels in [0, 2**bits) of equal-width bins.
 
-    A value less than ``EDGE_TOLERANCE`` below a bin edge counts as on the edge: that absorbs the
-    floating-point error of un-normalising and averaging, while averages of whole 8-bit levels over up
-    to 1,024 pixels (a 32x32 patch) are at least 1/1024 apart, so no genuine value moves.
+    Values within ``EDGE_TOLERANCE`` below a bin edge count as on it (rounding error, not data).
     """
     levels = 2**bits
     values = values.clamp(0., PIXEL_MAX) + EDGE_TOLERANCE
@@ -101,10 +84,7 @@ def _cells(pixels: torch.Tensor, patch_size: Tuple[int, int], cells: int) -> tor
 
 
 def mean_color_target(pixels: torch.Tensor, patch_size: Tuple[int, int], bits: int = 3) -> torch.Tensor:
-    """Class (B, N) of each patch's mean colour, ``2**(bits*C)`` classes (512 for RGB, 3 bits).
-
-    Pixels are rounded to whole 8-bit levels first (the images were 8-bit before normalisation).
-    """
+    """Class (B, N) of each patch's mean colour (of whole 8-bit levels), ``2**(bits*C)`` classes."""
     return color_to_class(quantize(_cells(torch.round(pixels), patch_size, 1)[:, :, 0], bits), bits)
 
 
@@ -115,10 +95,7 @@ def downsized_target(pixels: torch.Tensor, patch_size: Tuple[int, int], cells: i
 
 
 def pixel_target(pixels: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
-    """Every pixel of each patch, (B, N, ph*pw*C) ordered (row, column, channel), scaled to [-1, 1].
-
-    [-1, 1] is the input range the paper trains with, so the regression target has unit scale.
-    """
+    """Every pixel of each patch, (B, N, ph*pw*C) ordered (row, column, channel), in [-1, 1]."""
     B, C, H, W = pixels.shape
     ph, pw = patch_size
     _check_divisible((H, W), (ph, pw), 'input size vs patch size')
@@ -139,7 +116,7 @@ def compute_targets(kind: str, pixels: torch.Tensor, patch_size: Tuple[int, int]
 
     Args:
         kind (str): The target.
-        pixels (Tensor): Un-normalised images (B, C, H, W) in [0, 255] (see :func:`unnormalize`).
+        pixels (Tensor): Un-normalised images (B, C, H, W) in [0, 255].
         patch_size (tuple[int, int]): The backbone's patch size.
         bits (int): Bits per colour channel of the classification targets. Defaults to 3.
         cells (int): Side of the downsized grid of ``'downsized_4x4_3bit'``. Defaults to 4.

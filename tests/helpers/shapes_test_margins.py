@@ -8,7 +8,7 @@ hold with a margin on all of them. This runs the test's recipe (``shapes_trainin
 ``tests/helpers/shapes_detection.py``) once per seed and ``ATEN_CPU_CAPABILITY`` value, each in its own
 process, and prints every run and the worst value next to the test's bar.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tests/shapes_test_margins.py --seeds 0 1 2 --capabilities avx2 default
+    OMP_NUM_THREADS=1 .venv/bin/python tests/helpers/shapes_test_margins.py --seeds 0 1 2 --capabilities avx2 default
 
 ``--break-roi-stride`` runs a deliberately broken detector (the RoI extractors read each level at twice its
 stride, so the RoI heads pool features of the wrong places) to show that the bars catch it.
@@ -21,9 +21,11 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import shapes_detection as t  # this script's folder, tests/, is the first entry of sys.path
+TESTS = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, TESTS)  # shared test code imports as helpers.<module>, as in the tests
 
-TESTS = osp.dirname(osp.abspath(__file__))
+from helpers import shapes_detection as t  # noqa: E402
+
 REPO = osp.dirname(TESTS)
 BROKEN = {'model.roi_head.bbox_roi_extractor.featmap_strides': [8, 16, 32, 64],
           'model.roi_head.mask_roi_extractor.featmap_strides': [8, 16, 32, 64]}
