@@ -1,0 +1,30 @@
+"""``tools/train.py`` run in the test process: what a run does and says, without importing the whole stack
+again in a subprocess."""
+import contextlib
+import io
+from typing import NamedTuple, Optional, Union
+
+from vit_plugin.apis.train import main as train_main
+
+
+class Outcome(NamedTuple):
+    """How a run in the test process ended: ``code`` (the exit status, or its message, as ``sys.exit`` takes
+    it; 0 when it returned), the ``SystemExit`` it raised (None when it returned) and what it printed."""
+    code: Union[int, str]
+    stop: Optional[SystemExit]
+    output: str
+
+
+def train_in_process(cfg, work_dir, *extra) -> Outcome:
+    """``tools/train.py cfg --work-dir work_dir *extra`` in this process (single process, launcher none).
+
+    The output is what the run's logger and ``warnings`` print: the runner's logger is made during the run,
+    on the redirected streams. Each run needs a config file of its own name, so that its logger (named
+    after the config and the second the run started) is a new one."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            train_main([str(cfg), '--work-dir', str(work_dir), *extra])
+        except SystemExit as stop:
+            return Outcome(stop.code or 0, stop, out.getvalue())
+    return Outcome(0, None, out.getvalue())
