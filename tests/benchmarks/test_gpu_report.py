@@ -13,7 +13,7 @@ def test_smoke_subset_writes_the_report(tmp_path):
     out = tmp_path / 'gpu_report'
     threads = torch.get_num_threads()
     try:
-        report = gpu_report.main(['--smoke', '--out-dir', str(out), '--tests', osp.join(REPO, 'tests', 'test_cuda.py')])
+        report = gpu_report.main(['--smoke', '--out-dir', str(out), '--tests', osp.join(REPO, 'tests', 'package', 'test_cuda.py')])
     finally:
         torch.set_num_threads(threads)
     saved = json.loads((out / 'report.json').read_text())
