@@ -1,12 +1,13 @@
 """The tar index at scale: a remote scan keeps its chunks for the first epoch, a rebuilt index says
 why, and duplicate sample keys are counted (docs/data.md#the-index). The shards are a few toy ones;
 remote reads go to a loopback server on 127.0.0.1 that counts the bytes it sends."""
-import logging
 import os
 import os.path as osp
 import shutil
 
 import pytest
+
+from helpers.common import LogLines
 from mmengine.logging import MMLogger
 
 from helpers.tar_shards import make_samples, write_wds
@@ -18,15 +19,6 @@ PER_SHARD = (12, 10, 11)
 CHUNK = 1 << 14  # several chunks per shard
 
 
-class Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture(scope='module')
 def shards(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp('wds'))
@@ -36,7 +28,7 @@ def shards(tmp_path_factory):
 
 @pytest.fixture
 def logs(request):
-    handler = Lines()
+    handler = LogLines()
     logger = MMLogger.get_instance(request.node.name, log_level='INFO')
     logger.addHandler(handler)
     yield handler.lines

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.batch_log import read_rank_batches
+from helpers.sample_recorder import read_batches
 from helpers.common import REPO, free_port, run_env
 from helpers.in_process import Outcome, train_in_process
 from helpers.tar_shards import make_samples, write_wds
@@ -28,9 +28,9 @@ FAULT_AT = 3  # the batch (0-based) that holds the bad image; checkpoints by int
 SAMPLES = 8 * MAX_ITERS  # one epoch
 
 
-def write_config(path, data_root, num_workers, batch_size, recorder='batch_log'):
-    """The run's config; ``recorder``: the module of ``RankBatchRecorderHook`` (``batch_log`` in a
-    training subprocess, ``helpers.batch_log`` in the test process)."""
+def write_config(path, data_root, num_workers, batch_size, recorder='sample_recorder'):
+    """The run's config; ``recorder``: the module of ``BatchRecorderHook`` (``sample_recorder`` in a
+    training subprocess, ``helpers.sample_recorder`` in the test process)."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
 custom_imports = dict(imports=['vit_plugin', {recorder!r}], allow_failed_imports=False)
@@ -51,7 +51,7 @@ test_evaluator = None
 param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end={MAX_ITERS})]
 train_cfg = dict(_delete_=True, type='vit_plugin.IterBasedTrainLoop', max_iters={MAX_ITERS})
 default_hooks = dict(logger=dict(interval=1), checkpoint=dict(by_epoch=False, interval=2, max_keep_ckpts=5))
-custom_hooks = [dict(type='RankBatchRecorderHook')]
+custom_hooks = [dict(type='BatchRecorderHook', per_rank=True)]
 """)
     return str(path)
 
@@ -78,7 +78,7 @@ def fault_run(tmp_path_factory, procs, num_workers):
     data = root / 'shards'
     write_wds(str(data), make_samples(SAMPLES), [SAMPLES // 4] * 4)
     configs = {name: write_config(root / f'{name}.py', str(data), num_workers, batch_size=8 // procs,
-                                  recorder='helpers.batch_log' if procs == 1 else 'batch_log')
+                                  recorder='helpers.sample_recorder' if procs == 1 else 'sample_recorder')
                for name in ('full', 'stop', 'resume')}
 
     def train(name, work, *extra, expect=0):
@@ -100,7 +100,7 @@ def fault_run(tmp_path_factory, procs, num_workers):
         return Outcome(expect, None, proc.stdout + proc.stderr)  # each process's exit status
 
     train('full', root / 'full')
-    reference = [read_rank_batches(root / 'full', rank) for rank in range(procs)]
+    reference = [read_batches(root / 'full', rank) for rank in range(procs)]
     bad_rank = procs - 1
     # an image the last rank draws first at FAULT_AT, and no rank before
     bad = next(p for p in reference[bad_rank][FAULT_AT]['paths'] if first_draw(reference, p) == (FAULT_AT, bad_rank))
@@ -114,7 +114,7 @@ def fault_run(tmp_path_factory, procs, num_workers):
 
     work = root / 'run'
     stopped = train('stop', work, expect=EXIT_DATA_FAULT)
-    stopped_batches = [read_rank_batches(work, rank) for rank in range(procs)]
+    stopped_batches = [read_batches(work, rank) for rank in range(procs)]
     last = (work / 'last_checkpoint').read_text()
     problem = checkpoint_problem(str(work / last))
     meta = torch.load(work / last, map_location='cpu', weights_only=False)['meta']
@@ -124,7 +124,7 @@ def fault_run(tmp_path_factory, procs, num_workers):
     return dict(work=work, bad=bad, bad_rank=bad_rank, reference=reference, last=last, problem=problem, meta=meta,
                 stopped_code=stopped.code, stopped_output=stopped.output, stopped_batches=stopped_batches,
                 resumed_output=resumed.output,
-                resumed_batches=[read_rank_batches(work, rank) for rank in range(procs)])
+                resumed_batches=[read_batches(work, rank) for rank in range(procs)])
 
 
 @pytest.fixture(scope='module')

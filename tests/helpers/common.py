@@ -1,4 +1,5 @@
 """Functions shared by several test modules."""
+import logging
 import json
 import os
 import os.path as osp
@@ -47,3 +48,14 @@ def run_env() -> dict:
     if torch.cuda.is_available() and torch.cuda.device_count() < RANKS:
         env['CUDA_VISIBLE_DEVICES'] = ''
     return env
+
+
+class LogLines(logging.Handler):
+    """A logging handler that keeps the messages of INFO and above in ``lines``."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())

@@ -6,7 +6,6 @@ A module fixture writes the shards and the config and runs the command's ``main`
 (it fails and keeps the good shards' scans), then again once the shard is fixed. One 2-process job
 (Gloo, a 3 s timeout) then opens that index, and another one that it builds itself, slowly.
 """
-import logging
 import os
 import os.path as osp
 import shutil
@@ -17,7 +16,7 @@ import textwrap
 import pytest
 from mmengine.logging import MMLogger
 
-from helpers.common import free_port, run_env
+from helpers.common import LogLines, free_port, run_env
 from helpers.tar_shards import make_samples, write_wds
 from vit_plugin.apis.build_index import main as build_index
 
@@ -69,15 +68,6 @@ RANK = textwrap.dedent('''
 ''')
 
 
-class Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture(scope='module')
 def built(tmp_path_factory):
     """The shards and config; the command run with shard 3 cut short (it fails), then with it fixed."""
@@ -90,7 +80,7 @@ def built(tmp_path_factory):
     shutil.copy(bad, bad + '.good')
     with open(bad, 'r+b') as f:
         f.truncate(1000)
-    logs = Lines()
+    logs = LogLines()
     MMLogger.get_instance('test_build_index', log_level='INFO').addHandler(logs)
     with pytest.raises(SystemExit) as failed:
         build_index([config])

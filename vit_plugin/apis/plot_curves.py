@@ -6,7 +6,7 @@ mmpretrain's ``analyze_logs.py plot_curve`` draws them, from what a run writes w
 
 Each WORK_DIR is a ``tools/train.py`` work dir: its runs' ``<timestamp>/vis_data/scalars.json``
 (mmengine's ``LocalVisBackend``, always written) or, with ``--source events``, the TensorBoard event files
-beside them (``--vis tensorboard``). A resumed run is drawn as one curve: its sessions are read in time
+beside them (``--vis tensorboard``). A resumed run is drawn as one curve: its segments are read in time
 order, a later value of a step replacing an earlier one. One panel per key; a key no run has is left out.
 See docs/monitoring.md.
 """
@@ -23,7 +23,7 @@ Series = Dict[str, List[Tuple[int, float]]]
 
 
 def log_dirs(work_dir: str) -> List[str]:
-    """The ``vis_data`` folders of ``work_dir``'s sessions, oldest first (a ``vis_data`` folder itself is
+    """The ``vis_data`` folders of ``work_dir``'s segments, oldest first (a ``vis_data`` folder itself is
     its own list)."""
     if osp.basename(osp.normpath(work_dir)) == 'vis_data':
         return [work_dir]
@@ -34,9 +34,9 @@ def log_dirs(work_dir: str) -> List[str]:
     return found
 
 
-def _merge(sessions: Sequence[Series]) -> Series:
+def _merge(segments: Sequence[Series]) -> Series:
     merged: Dict[str, Dict[int, float]] = {}
-    for series in sessions:
+    for series in segments:
         for key, points in series.items():
             merged.setdefault(key, {}).update(points)
     return {key: sorted(points.items()) for key, points in merged.items()}
@@ -44,7 +44,7 @@ def _merge(sessions: Sequence[Series]) -> Series:
 
 def read_scalars_json(work_dir: str) -> Series:
     """Key -> ``[(step, value)]`` of every scalar in the run's ``scalars.json`` files."""
-    sessions = []
+    segments = []
     for folder in log_dirs(work_dir):
         series: Series = {}
         path = osp.join(folder, 'scalars.json')
@@ -57,25 +57,25 @@ def read_scalars_json(work_dir: str) -> Series:
                         for key, value in record.items():
                             if isinstance(value, (int, float)):
                                 series.setdefault(key, []).append((step, float(value)))
-        sessions.append(series)
-    return _merge(sessions)
+        segments.append(series)
+    return _merge(segments)
 
 
 def read_event_scalars(work_dir: str) -> Series:
     """Key -> ``[(step, value)]`` of every scalar in the run's TensorBoard event files, read with
     TensorBoard's own reader (``EventAccumulator``; the package ``tensorboard``)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    sessions = []
+    segments = []
     for folder in log_dirs(work_dir):
         if not glob.glob(osp.join(folder, 'events.out.tfevents.*')):
             continue
         events = EventAccumulator(folder, size_guidance={'scalars': 0})  # 0: keep every point
         events.Reload()
-        sessions.append({tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']})
-    if not sessions:
+        segments.append({tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']})
+    if not segments:
         raise FileNotFoundError(f'{work_dir}: no TensorBoard event file; train with --vis tensorboard, or plot '
                                 f'scalars.json (the default --source).')
-    return _merge(sessions)
+    return _merge(segments)
 
 
 def plot_curves(runs: Dict[str, Series], keys: Sequence[str], out_file: str, title: Optional[str] = None) -> List[str]:
