@@ -123,6 +123,11 @@ class ResumableDataloaderIterator:
             next(self)
         return False
 
+    def close(self) -> None:
+        """Shut the loader's current iterator down now (its workers exit), not when it is collected."""
+        iterator, self.iterator = self.iterator, None
+        del iterator  # the last reference: the loader's iterator joins its workers here
+
 
 @LOOPS.register_module()
 class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
@@ -185,6 +190,7 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         if self.data_fault is not None:
+            self.dataloader_iterator.close()  # before the barrier: the processes then leave together
             if get_world_size() > 1:
                 barrier()  # no process leaves (and has its launcher stop the others) before all are done
             raise TrainingDataFault(self.data_fault)
