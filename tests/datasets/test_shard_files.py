@@ -26,6 +26,7 @@ import pytest
 from helpers.common import free_port
 from vit_plugin.benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import shard_files
+from vit_plugin.datasets.shards import remote
 from vit_plugin.datasets.shard_files import (HubOfflineError, RangesNotSupportedError, ShardNotFoundError,
                                              ShardReadError, ShardReader, ShardUnavailableError, fingerprint, fingerprints_in_folder, is_remote, join_url, list_folder,
                                              open_for_scan, read_small_file, resolve_hf_url)
@@ -325,7 +326,7 @@ def test_an_outage_past_the_old_tries_is_ridden_out_with_one_log_line_per_wait(s
     too; a retry_timeout of 5 s rides it out, and the reader logs once per wait however many samples it
     reads."""
     logged = []
-    monkeypatch.setattr(shard_files, 'print_log', lambda message, **kwargs: logged.append(message))
+    monkeypatch.setattr(remote, 'print_log', lambda message, **kwargs: logged.append(message))
     url, members = srv.url + '/s0.tar', shards['members']['s0.tar']
     fp = fingerprint(url)
     quick = dict(backoff_s=0.05, max_backoff_s=0.4, readahead_chunks=0)

@@ -17,7 +17,7 @@ from typing import Iterator, List, Optional, Sequence
 from mmengine.config import Config, DictAction
 
 from vit_plugin.datasets.shard_dataset import TarShardDataset
-from vit_plugin.datasets.shard_files import ShardReadError
+from vit_plugin.datasets.shards.errors import ShardReadError
 from vit_plugin.datasets.tar_index import TarIndexError
 
 from .launch import merge_cfg_options

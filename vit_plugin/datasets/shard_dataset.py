@@ -23,7 +23,7 @@ from mmpretrain.datasets import BaseDataset
 from vit_plugin import label_spaces
 from vit_plugin.datasets.decode import ImageDecodeError
 from vit_plugin.datasets.indexed import IndexedRecordsMixin
-from vit_plugin.datasets.shard_files import ShardReader, ShardReadError
+from vit_plugin.datasets.shards import ShardReader, ShardReadError
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
 from vit_plugin.datasets.transforms import LoadAndInceptionCrop, LoadImageFromFile
 from vit_plugin.registry import DATASETS

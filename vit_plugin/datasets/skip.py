@@ -31,7 +31,7 @@ from mmengine.dataset import BaseDataset
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 
 from vit_plugin.datasets.decode import ImageDecodeError
-from vit_plugin.datasets.shard_files import ShardReadError
+from vit_plugin.datasets.shards.errors import ShardReadError
 from vit_plugin.registry import DATASETS
 
 #: Metainfo key of a replacement's data sample: a tuple of ``(index, path, reason)`` records.

@@ -55,11 +55,11 @@ from mmengine.logging import print_log
 
 from vit_plugin import runtime
 from vit_plugin.datasets.array_file import SpooledArray, read_array_file, read_array_header, write_array_file
-from vit_plugin.datasets.shard_files import (HubOfflineError, RangesNotSupportedError, RetryPolicy, ShardReader,
-                                             ShardReadError, ShardUnavailableError, compressed_tars_in_folder,
-                                             fingerprint, fingerprints_in_folder, is_compressed_tar, is_remote,
-                                             join_url, list_shards_in_folder, local_path, open_for_scan,
-                                             read_small_file)
+from vit_plugin.datasets.shards import (HubOfflineError, RangesNotSupportedError, RetryPolicy, ShardReader,
+                                        ShardReadError, ShardUnavailableError, compressed_tars_in_folder,
+                                        fingerprint, fingerprints_in_folder, is_compressed_tar, is_remote,
+                                        join_url, list_shards_in_folder, local_path, open_for_scan,
+                                        read_small_file)
 
 LAYOUTS = ('webdataset', 'tar_of_tars')
 LABEL_SOURCES = ('cls', 'json', 'synset')

@@ -14,8 +14,8 @@ Data-loader worker shield  :class:`WorkerShield`: from ``PreemptionHook``'s ``re
                            construction (iteration loops fork their         the at-fork hook goes with the
                            workers before ``before_run``)                   last shield
 At-fork hooks              :func:`install_fork_hook`: the worker shield;    :func:`remove_fork_hook`; the
-                           the shard reader's file systems, when the first  reader's stays while the process
-                           remote shard is opened                           holds its file systems
+                           :func:`file_system` (this process's fsspec file  file systems' hook stays while
+                           systems), when the first remote shard is opened  the process holds them
 ``gc.freeze``              :func:`frozen_heap`, around the tar index's      the end of the build
                            parallel build
 Helper process signals     :func:`default_stop_signals`, initializer of     the helper's exit
@@ -29,12 +29,13 @@ environment variables      run without GPUs starts (the run plan says so;   when
 
 stdout and stderr are never replaced.
 """
+from .file_systems import file_system
 from .forks import fork_hooks, install_fork_hook, remove_fork_hook
 from .memory import frozen_heap
 from .process_group import join_gloo_group, release_process_group
 from .signals import (SignalHandlers, WorkerShield, default_stop_signals, in_main_thread, is_signal_name,
                       shielded_signals, signal_name, signal_number)
 
-__all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'fork_hooks', 'frozen_heap', 'in_main_thread',
+__all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'file_system', 'fork_hooks', 'frozen_heap', 'in_main_thread',
            'install_fork_hook', 'is_signal_name', 'join_gloo_group', 'release_process_group', 'remove_fork_hook', 'shielded_signals', 'signal_name',
            'signal_number']
