@@ -180,10 +180,10 @@ def test_a_bad_image_gets_the_advice_of_its_source(tmp_path, samples):
 def test_the_reader_settings_reach_the_index_build_and_the_reads(shards, tmp_path, monkeypatch):
     """reader=dict(retry_timeout=...) is the retry policy of the remote index build and of every read."""
     monkeypatch.setenv('VIT_PLUGIN_CACHE', str(tmp_path / 'cache'))
-    from vit_plugin.datasets import tar_index
+    from vit_plugin.datasets import tar_index_build
     seen = []
-    scan = tar_index._scan_webdataset
-    monkeypatch.setattr(tar_index, '_scan_webdataset', lambda url, rule, retry=None, keep=None:
+    scan = tar_index_build.scan_webdataset
+    monkeypatch.setattr(tar_index_build, 'scan_webdataset', lambda url, rule, retry=None, keep=None:
                         seen.append(retry) or scan(url, rule, retry, keep))
     with serve_folder(shards) as server:
         dataset = build(server.url, reader=dict(cache_dir=str(tmp_path / 'chunks'), chunk_bytes=1 << 16,

@@ -22,7 +22,7 @@ import pytest
 
 from helpers.tar_shards import NUM_CLASSES, add_member, make_samples, toy_synsets, write_tar_of_tars, write_wds
 from vit_plugin import label_spaces
-from vit_plugin.datasets import tar_index
+from vit_plugin.datasets import tar_index_build, tar_scan
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, expand_braces, resolve_shards
 
 PER_SHARD = (7, 5, 9)
@@ -105,7 +105,7 @@ def test_index_is_reused_until_a_shard_changes(wds, samples, monkeypatch):
     first = open_index(wds)
     stamp = os.stat(first.path).st_mtime_ns
     with monkeypatch.context() as patch:
-        patch.setattr(tar_index, '_build', lambda *args: pytest.fail('an unchanged index was rebuilt'))
+        patch.setattr(tar_index_build, '_build', lambda *args: pytest.fail('an unchanged index was rebuilt'))
         again = open_index(wds)
     assert os.stat(again.path).st_mtime_ns == stamp and again.labels.tolist() == first.labels.tolist()
     changed = [s._replace(label=(s.label + 1) % NUM_CLASSES) for s in samples[7:12]]
@@ -124,7 +124,7 @@ def test_a_half_written_index_is_never_used(wds, monkeypatch):
 
     def failing(task):
         raise TarIndexError('stop in the middle')
-    monkeypatch.setattr(tar_index, '_run_task', failing)
+    monkeypatch.setattr(tar_index_build, '_run_task', failing)
     with pytest.raises(TarIndexError, match='stop in the middle'):
         open_index(wds)
     left = [n for n in os.listdir(osp.dirname(good.path)) if not n.endswith('.lock')]  # the build's lock file
@@ -141,11 +141,11 @@ def test_every_core_builds_the_same_index(wds):
 def test_a_parallel_build_freezes_the_heap_only_while_it_runs(wds):
     """The forked workers share the parent's heap pages while the build runs (gc.freeze); the heap is
     unfrozen when the build ends, and when its consumer stops early."""
-    tasks, _ = tar_index._tasks(resolve_shards(wds, None, 'train'), 'webdataset', LabelRule())
+    tasks, _ = tar_index_build._tasks(resolve_shards(wds, None, 'train'), 'webdataset', LabelRule())
     assert len(tasks) == 3 and gc.get_freeze_count() == 0
-    assert all(gc.get_freeze_count() > 0 for _ in tar_index._scans(tasks, workers=2))
+    assert all(gc.get_freeze_count() > 0 for _ in tar_index_build._scans(tasks, workers=2))
     assert gc.get_freeze_count() == 0
-    scans = tar_index._scans(tasks, workers=2)
+    scans = tar_index_build._scans(tasks, workers=2)
     next(scans)
     assert gc.get_freeze_count() > 0
     scans.close()
@@ -177,14 +177,14 @@ def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkey
         for child in multiprocessing.active_children():
             child.kill()
 
-    monkeypatch.setattr(tar_index, '_run_task', _fail_first_then_work)
+    monkeypatch.setattr(tar_index_build, '_run_task', _fail_first_then_work)
     monkeypatch.setitem(_SCAN_MARKS, 'folder', str(tmp_path))
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     watchdog = threading.Timer(20, kill_workers)
     watchdog.start()
     try:
         with pytest.raises(TarIndexError, match='shard 0'):
-            list(tar_index._scans([(0,), (1,), (2,)], workers=2))
+            list(tar_index_build._scans([(0,), (1,), (2,)], workers=2))
         assert multiprocessing.active_children() == []
         started = [name for name in os.listdir(tmp_path) if name.startswith('started_')]
         assert started, 'no worker was scanning when the build stopped'
@@ -317,7 +317,7 @@ def test_every_bad_shard_is_reported_in_one_error(wds, monkeypatch):
         text = str(err.value)
         assert '2 bad shards' in text, text
         assert 'imagenet22k-train-0001.tar: truncated' in text and 'imagenet22k-train-0002.tar holds gzip' in text
-    monkeypatch.setattr(tar_index, 'MAX_LISTED', 1)
+    monkeypatch.setattr(tar_scan, 'MAX_LISTED', 1)
     with pytest.raises(TarIndexError, match='and 1 more') as err:
         open_index(wds, shards='imagenet22k-train-{0000..0002}.tar')
     assert 'imagenet22k-train-0002.tar' not in str(err.value)  # listed in order, up to the limit

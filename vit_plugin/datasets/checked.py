@@ -27,7 +27,8 @@ import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
 
 from vit_plugin.compat import mmengine as mmengine_compat
-from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError, check_labels
+from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError
+from vit_plugin.datasets.indexed import check_label_range
 from vit_plugin.datasets.decode import ImageDecodeError
 from vit_plugin.registry import DATASETS
 
@@ -119,15 +120,8 @@ def check_samples(dataset, name: str) -> None:
     if num_classes is None or getattr(dataset, '_index', None) is not None:
         return
     labels = np.asarray(dataset.get_gt_labels())
-    try:
-        check_labels(labels, num_classes, _source(dataset))
-    except ListFileError:
-        i = int(np.argmax((labels >= num_classes) | (labels < 0)))
-        raise ListFileError(
-            f'{name}: sample {i} ({dataset.get_data_info(i).get("img_path")}) of {_source(dataset)} has label '
-            f'{int(labels[i])}, outside [0, {num_classes}) (the largest label is {int(labels.max())}). Set '
-            f'num_classes in the config to the number of classes of the data (the same value for the dataset, '
-            f'the data preprocessor and the head).') from None
+    check_label_range(labels, num_classes, lambda i: f'{name}: sample {i} '
+                      f'({dataset.get_data_info(i).get("img_path")}) of {_source(dataset)}', ListFileError)
 
 
 def _make_checked(cls: type) -> type:
