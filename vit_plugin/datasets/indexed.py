@@ -13,16 +13,9 @@ from mmengine.dataset.base_dataset import force_full_init
 
 def check_label_range(labels: np.ndarray, num_classes: int, where: Callable[[int], str],
                       error: Type[Exception] = ValueError) -> None:
-    """Raise ``error`` unless every label lies in ``[0, num_classes)``.
+    """Raise ``error`` unless every label lies in ``[0, num_classes)`` (a positive int, else ValueError).
 
-    Args:
-        labels (np.ndarray): One label per row.
-        num_classes (int): A positive int.
-        where (callable): Row -> how a message names it (``'<file>, line 5'``, ``'<shard>:<member>'``).
-        error (type): The exception raised.
-
-    Raises:
-        ValueError: ``num_classes`` is not a positive int.
+    ``where(row)`` names a row in the message: ``'<file>, line 5'``, ``'<shard>:<member>'``.
     """
     if not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool) or num_classes < 1:
         raise ValueError(f'num_classes must be a positive int, got {num_classes!r}')
@@ -42,8 +35,7 @@ def check_label_range(labels: np.ndarray, num_classes: int, where: Callable[[int
 class IndexedRecordsMixin(abc.ABC):
     """Serve a dataset's records from an index (``len()`` rows, a ``labels`` array); put it first in the bases.
 
-    Records come from a strategy chosen at ``full_init``: :class:`FromIndex`, or :class:`FromDataList`
-    (the base class's ``data_list``) where :meth:`_reads_index` is False.
+    ``full_init`` picks the :class:`RecordSource`: :class:`FromDataList` where ``_reads_index()`` is False.
     """
 
     def __init__(self, *args, **kwargs):
@@ -53,8 +45,7 @@ class IndexedRecordsMixin(abc.ABC):
         super().__init__(*args, **kwargs)
 
     def _reads_index(self) -> bool:
-        """Whether this instance reads an index (False: mmengine's ``data_list``)."""
-        return True
+        return True  # False: the base class's ``data_list`` serves the records
 
     @abc.abstractmethod
     def _open_index(self):
@@ -62,7 +53,7 @@ class IndexedRecordsMixin(abc.ABC):
 
     @abc.abstractmethod
     def _record(self, row: int) -> dict:
-        """The record of index row ``row`` (``sample_idx`` is added by the caller)."""
+        """The record of index row ``row``, without ``sample_idx``."""
 
     def index_labels(self) -> np.ndarray:
         """The label of every index row."""
@@ -141,31 +132,27 @@ class IndexedRecordsMixin(abc.ABC):
 
 
 class RecordSource(abc.ABC):
-    """Where an :class:`IndexedRecordsMixin` dataset's records come from (stateless; one instance each)."""
+    """Where an :class:`IndexedRecordsMixin` dataset's records come from: each method does what the dataset's
+    method of that name (``__len__``, ``get_data_info``, ``get_cat_ids``, ``get_gt_labels``, ``get_subset_``,
+    ``get_subset``) does in mmengine. Stateless: one instance each."""
 
     @abc.abstractmethod
-    def length(self, dataset) -> int:
-        """The number of samples."""
+    def length(self, dataset) -> int: ...
 
     @abc.abstractmethod
-    def data_info(self, dataset, idx: int) -> dict:
-        """The record of sample ``idx``."""
+    def data_info(self, dataset, idx: int) -> dict: ...
 
     @abc.abstractmethod
-    def cat_ids(self, dataset, idx: int) -> list:
-        """The label of sample ``idx`` as a list."""
+    def cat_ids(self, dataset, idx: int) -> list: ...
 
     @abc.abstractmethod
-    def gt_labels(self, dataset) -> np.ndarray:
-        """The label of every sample."""
+    def gt_labels(self, dataset) -> np.ndarray: ...
 
     @abc.abstractmethod
-    def subset_(self, dataset, indices) -> None:
-        """Keep the samples ``indices`` (mmengine's meaning) in place."""
+    def subset_(self, dataset, indices) -> None: ...
 
     @abc.abstractmethod
-    def subset(self, dataset, indices):
-        """A copy of ``dataset`` that keeps the samples ``indices``."""
+    def subset(self, dataset, indices): ...
 
     def __deepcopy__(self, memo):
         return self

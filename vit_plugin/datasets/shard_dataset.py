@@ -30,40 +30,23 @@ class SampleReadError(ShardReadError):
 
 @DATASETS.register_module()
 class TarShardDataset(IndexedRecordsMixin, BaseDataset):
-    """Images and labels from tar shards (WebDataset layout) or a tar of per-synset tars.
+    """Images and labels from tar shards (WebDataset layout) or a tar of per-synset tars (docs/data.md).
 
     Args:
-        data_root (str): The shards' folder: a local path or an fsspec URL (``s3://``, ``gs://``,
-            ``https://``, ``hf://datasets/<org>/<name>``).
-        shards (str | list[str], optional): A brace pattern (``'imagenet22k-train-{0000..4095}.tar'``) or
-            names; None: the split's shards from ``_info.json`` / ``info.json``, else the folder's
-            ``.tar`` files with ``-<split>-`` in their names (all of them when ``split`` is None).
-        split (str, optional): The split's name in the split file. Defaults to 'train'.
-        layout (str): ``'webdataset'`` (samples of members sharing a key) or ``'tar_of_tars'``
-            (``fall11_whole.tar``, ``ILSVRC2012_img_train.tar``). Defaults to 'webdataset'.
-        label (dict, optional): ``dict(source='cls')`` (the default), ``dict(source='json', key='label')``
-            or ``dict(source='synset')`` (the key's synset prefix, or the inner tar's name).
-        label_space (str, optional): The class order of the labels (:mod:`vit_plugin.label_spaces`:
-            ``'fall11'``, ``'google21k'``, ``'imagenet1k'``): synsets are numbered in it, and its class
-            names become the dataset's ``classes``. None with ``source='synset'``: the sorted synsets of
-            the data (winter21). Defaults to None.
-        target_label_space (str, optional): Give labels in this order instead, e.g. ``'google21k'`` to
-            evaluate an official ImageNet-21k head on timm's ``fall11`` shards. Defaults to None.
-        num_classes (int, optional): Every label must lie in ``[0, num_classes)``; checked when the
-            index opens, naming the shard and the key. Defaults to None.
-        index_file (str, optional): Where the index lives; default beside local writable shards, else
-            under ``~/.cache/vit_plugin/shard_index``.
+        data_root (str): The shards' folder: a local path or an fsspec URL (``s3://``, ``hf://datasets/...``).
+        shards (str | list[str], optional): A brace pattern or names; None: the split's shards from the
+            split file (``_info.json``), else the folder's ``.tar`` files named ``*-<split>-*``.
+        split (str, optional): The split's name. Defaults to 'train'.
+        layout (str): ``'webdataset'`` or ``'tar_of_tars'``. Defaults to 'webdataset'.
+        label (dict, optional): ``dict(source='cls' | 'json' | 'synset', key=<json field>)``.
+        label_space (str, optional): The class order of the labels (:mod:`vit_plugin.label_spaces`).
+        target_label_space (str, optional): Give labels in this order instead (e.g. ``'google21k'``).
+        num_classes (int, optional): Every label must lie in ``[0, num_classes)``.
+        index_file (str, optional): The index file; default beside local writable shards, else the cache.
         index_workers (int, optional): Processes that build the index; default every core.
-        index_wait_s (float, optional): The longest wait of a process for another one's index build (one
-            process builds, found by a lock file beside the index; the others poll for the file, with no
-            collective and so no process group's timeout). Defaults to 86400; None: no limit. Build it
-            ahead with ``tools/build_index.py CONFIG`` (docs/data.md#the-index).
-        duplicate_keys (str): Rows that share a sample key (a shard copied twice): ``'warn'`` with a count
-            and the first examples, or ``'error'``. Defaults to 'warn'.
-        reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader` settings for
-            remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``,
-            ``retry_timeout``: the seconds one request waits out an outage, 600 by default; the index
-            build waits as long).
+        index_wait_s (float, optional): The longest wait for another process's index build; None: none.
+        duplicate_keys (str): Rows sharing a sample key: ``'warn'`` or ``'error'``. Defaults to 'warn'.
+        reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader`'s arguments.
         pipeline, test_mode, indices, lazy_init, metainfo, max_refetch: As mmengine's ``BaseDataset``.
     """
 
@@ -151,8 +134,7 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
 
     @force_full_init
     def data_fingerprint(self) -> dict:
-        """What identifies the data (``vit_plugin.DataIdentityHook`` keeps it in checkpoints): the sample
-        count and, per shard, ``[name, bytes, samples]``."""
+        """The sample count and, per shard, ``[name, bytes, samples]`` (``vit_plugin.DataIdentityHook``)."""
         index = self._index
         counts = np.diff(index.shard_starts).tolist()  # shard_starts ends with the row count
         return {'samples': len(self), 'shards': [[name, int(found['size']), int(count)] for name, found, count
@@ -186,8 +168,7 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
 
 
 def _listed_synsets(space: Optional[str]):
-    """The synsets of a label space that has a list; None for one defined by the data (winter21) that
-    this process has not seen yet, or without a space."""
+    """The synsets of a label space with a list; None without a space, or for one the data defines (winter21)."""
     if not space:
         return None
     try:
@@ -199,8 +180,7 @@ def _listed_synsets(space: Optional[str]):
 
 
 def _check_loader(pipeline) -> None:
-    """The pipeline's image loader must read ``img_bytes``: mmcv's ``LoadImageFromFile`` (and the loaders
-    built on it) would look for a file named ``<shard>:<member>``."""
+    """Refuse mmcv's file loaders, which would look for a file named ``<shard>:<member>``."""
     for transform in getattr(pipeline, 'transforms', []):
         if isinstance(transform, (LoadAndInceptionCrop, LoadImageFromFile)):
             return

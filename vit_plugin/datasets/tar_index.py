@@ -31,8 +31,7 @@ DUPLICATE_KEYS = ('warn', 'error')
 
 
 def default_index_dir() -> str:
-    """Where indexes of remote or read-only shards go: ``$VIT_PLUGIN_CACHE/shard_index`` (default
-    ``~/.cache/vit_plugin/shard_index``)."""
+    """Where indexes of remote or read-only shards go: ``$VIT_PLUGIN_CACHE/shard_index`` (``~/.cache/vit_plugin``)."""
     root = os.environ.get('VIT_PLUGIN_CACHE') or osp.join(osp.expanduser('~'), '.cache', 'vit_plugin')
     return osp.join(root, 'shard_index')
 
@@ -40,11 +39,11 @@ def default_index_dir() -> str:
 def default_index_path(shards: ShardList, layout: str, rule: LabelRule, split: Optional[str]) -> str:
     """The index file of these shards: a hidden folder beside local, writable shards, else
     :func:`default_index_dir`; the name holds a hash of the shards and the settings."""
-    digest = hashlib.sha1(json.dumps([shards.base, list(shards.names), layout, rule.describe()]).encode()
+    digest = hashlib.sha1(json.dumps([shards.data_root, list(shards.names), layout, rule.describe()]).encode()
                           ).hexdigest()[:16]
     name = f'{split or "shards"}-{digest}.index'
-    if not is_remote(shards.base):
-        folder = osp.join(local_path(shards.base), '.vit_plugin_index')
+    if not is_remote(shards.data_root):
+        folder = osp.join(local_path(shards.data_root), '.vit_plugin_index')
         try:
             os.makedirs(folder, exist_ok=True)
             if os.access(folder, os.W_OK):
@@ -55,8 +54,7 @@ def default_index_path(shards: ShardList, layout: str, rule: LabelRule, split: O
 
 
 def shard_fingerprints(shards: ShardList, retry: Optional[RetryPolicy] = None) -> List[dict]:
-    """The current fingerprint of every shard (one listing per remote folder); missing shards raise one
-    :class:`TarIndexError` naming each."""
+    """The fingerprint of every shard (one listing per remote folder); one error names each missing shard."""
     listed: Dict[str, Dict[str, dict]] = {}
     result, problems = [], []
     for i, name in enumerate(shards.names):
@@ -78,16 +76,15 @@ def shard_fingerprints(shards: ShardList, retry: Optional[RetryPolicy] = None) -
             problems.append(f'{url}: missing or unreadable ({err.reason or err}); check data_root and the '
                             f'shard names, or download the shard')
     if problems:
-        raise all_problems(problems, shards.base)
+        raise all_problems(problems, shards.data_root)
     return result
 
 
 class TarShardIndex:
-    """The samples of a set of tar shards, in memory-mapped arrays (use :meth:`open`).
+    """The samples of tar shards in memory-mapped arrays (use :meth:`open`), in the shards' and the tars' order.
 
-    Row ``i`` is one sample: its image's byte range (``offsets[i]``, ``sizes[i]``) in shard
-    ``shard_of(i)``, its label ``labels[i]`` and its image member's name. Rows follow the shards' order and,
-    within a shard, the order of the tar. Read-only: copies share it, and pickling sends the file name.
+    Row ``i``: the bytes ``offsets[i]`` + ``sizes[i]`` of shard ``shard_of(i)``, label ``labels[i]``, image
+    :meth:`member`. Read-only: copies share it; pickling sends the file name.
     """
 
     def __init__(self, path: str, header: dict, arrays: Dict[str, np.ndarray]):
@@ -95,42 +92,39 @@ class TarShardIndex:
         self.names_data, self.name_offsets = arrays['names'], arrays['name_offsets']
         self.offsets, self.sizes, self.labels = arrays['offsets'], arrays['sizes'], arrays['labels']
         self.shard_starts = arrays['shard_starts']
-        self.base: str = header['base']
+        self.data_root: str = header['base']  # the file's key: renaming it would rebuild every index
         self.shard_names: Tuple[str, ...] = tuple(header['shards'])
         self.fingerprints: Tuple[dict, ...] = tuple(header['fingerprints'])
         self.synsets: Optional[Tuple[str, ...]] = (tuple(header['synsets']) if header.get('synsets') is not None
                                                    else None)
 
-    # ------------------------------------------------------------------------------------ building
+    @property
+    def base(self) -> str:
+        """Alias of ``data_root``."""
+        return self.data_root
+
     @classmethod
     def open(cls, shards: ShardList, layout: str = 'webdataset', rule: LabelRule = LabelRule(),
              num_classes: Optional[int] = None, index_path: Optional[str] = None, split: Optional[str] = None,
              workers: Optional[int] = None, rebuild: bool = False,
              retry: Optional[RetryPolicy] = None, keep_in: Optional[ShardReader] = None,
              wait_s: Optional[float] = None, duplicate_keys: str = 'warn') -> 'TarShardIndex':
-        """Open the index of ``shards``, building it when it is missing or a shard changed (the log says
-        why). One process builds (a lock file beside the index); the others wait for it (``wait_s``).
+        """Open the index of ``shards``, building it (or waiting ``wait_s`` for the process that builds it)
+        when it is missing or a shard changed.
 
         Args:
             shards (ShardList): From :func:`resolve_shards`.
-            layout (str): ``'webdataset'`` or ``'tar_of_tars'``.
-            rule (LabelRule): Where labels come from.
-            num_classes (int, optional): Every label must lie in ``[0, num_classes)`` (checked on every
-                open). Defaults to None: not checked.
-            index_path (str, optional): The index file; default :func:`default_index_path`.
-            split (str, optional): Names the default index file.
+            layout, rule: The layout (:data:`LAYOUTS`) and where labels come from.
+            num_classes (int, optional): Check every label against ``[0, num_classes)``.
+            index_path (str, optional): The index file; default :func:`default_index_path` (named by ``split``).
             workers (int, optional): Processes that scan shards; default every core.
             rebuild (bool): Build even when the index is current.
-            retry (RetryPolicy, optional): How remote reads wait out an outage; default 600 s in all.
-            keep_in (ShardReader, optional): Scan remote shards through this reader's chunk cache, as
-                many as fit its bound, so that their first reads fetch nothing again.
-            wait_s (float, optional): The longest wait for another process's build; None: no limit.
-            duplicate_keys (str): Samples of one key in several rows: ``'warn'`` (a count and the first
-                examples) or ``'error'``.
+            retry (RetryPolicy, optional): How remote reads wait out an outage.
+            keep_in (ShardReader, optional): Scan remote shards through this reader's chunk cache.
+            duplicate_keys (str): Rows sharing a sample key: ``'warn'`` or ``'error'``.
 
         Raises:
-            TarIndexError: Bad input (see the module docstring); nothing is written then. Or the wait
-                for another process's build passed ``wait_s``.
+            TarIndexError: Bad input (docs/data.md#bad-input; nothing written), or ``wait_s`` passed.
         """
         if duplicate_keys not in DUPLICATE_KEYS:
             raise TarIndexError(f'duplicate_keys={duplicate_keys!r}: use one of {DUPLICATE_KEYS}')
@@ -143,7 +137,7 @@ class TarShardIndex:
                                 "set label=dict(source='synset')")
         path = index_path or default_index_path(shards, layout, rule, split)
         expect = {'kind': INDEX_KIND, 'version': FORMAT_VERSION, 'layout': layout, 'label': rule.describe(),
-                  'base': shards.base, 'shards': list(shards.names),
+                  'base': shards.data_root, 'shards': list(shards.names),
                   'fingerprints': shard_fingerprints(shards, retry)}
         found = None if rebuild else read_array_file(path, expect)
         if found is None:
@@ -163,7 +157,7 @@ class TarShardIndex:
         return int(np.searchsorted(self.shard_starts, row, side='right')) - 1
 
     def shard_url(self, shard: int) -> str:
-        return join_url(self.base, self.shard_names[shard])
+        return join_url(self.data_root, self.shard_names[shard])
 
     def member(self, row: int) -> str:
         """The image member's name (``<inner>.tar/<name>`` in a tar of tars)."""
@@ -182,9 +176,7 @@ class TarShardIndex:
         check_label_range(self.labels, num_classes, self.location, TarIndexError)
 
     def check_duplicates(self, policy: str = 'warn') -> None:
-        """Warn (``'warn'``), or raise :class:`TarIndexError` (``'error'``), when rows share a sample key
-        (:meth:`key`): a shard that is a copy of another, say. Each such row is then read once per epoch,
-        so the image is read twice."""
+        """Warn (``'warn'``) or raise :class:`TarIndexError` (``'error'``) when rows share a sample key."""
         found = self.header.get('duplicate_keys') or {}
         count = int(found.get('count') or 0)
         if not count:
@@ -195,7 +187,8 @@ class TarShardIndex:
             raise TarIndexError(f'{count:,} samples repeat the key of an earlier one (duplicate_keys=\'error\'), '
                                 f'e.g.\n{examples[0]}.\nRemove the copies (a shard written twice?), or set '
                                 f'duplicate_keys=\'warn\'.')
-        print_log(f'{self.base}: {count:,} samples repeat the key of an earlier one, e.g. {"; ".join(examples)}. '
+        print_log(f'{self.data_root}: {count:,} samples repeat the key of an earlier one, e.g. '
+                  f'{"; ".join(examples)}. '
                   f'Each is read once per epoch, so its image twice. Remove the copies (a shard written twice?), '
                   f'or refuse them: duplicate_keys=\'error\'.', logger='current', level=logging.WARNING)
 

@@ -138,7 +138,8 @@ def _build(path: str, shards: ShardList, layout: str, rule: LabelRule, fields: d
     kept = sum(k is not None for k in keeps)
     cached = (f'; {kept:,} of {len(keeps):,} shards scanned through the chunk cache {keep_in.cache_root}'
               if kept else '')
-    print_log(f'Indexing {len(tasks):,} {unit} of {shards.base} with {min(workers, max(1, len(todo)))} processes '
+    print_log(f'Indexing {len(tasks):,} {unit} of {shards.data_root} with {min(workers, max(1, len(todo)))} '
+              f'processes '
               f'({why}; the index goes to {path}{resumed}{cached})', logger='current')
     os.makedirs(parts, exist_ok=True)
     scans = _scans(todo, workers)
@@ -195,9 +196,9 @@ def _build(path: str, shards: ShardList, layout: str, rule: LabelRule, fields: d
                     problems.append(f'{shards.url(i)}: {have:,} samples, but {shards.info_file} says {want:,}; '
                                     f'the shard is truncated or replaced: download it again')
         if problems:
-            raise all_problems(problems, shards.base)
+            raise all_problems(problems, shards.data_root)
         if total == 0:
-            raise TarIndexError(f'{shards.base}: the shards hold no sample; check data_root and shards')
+            raise TarIndexError(f'{shards.data_root}: the shards hold no sample; check data_root and shards')
         synsets = rule.synsets
         if rule.source == 'synset' and listed is None:
             synsets = tuple(sorted(synset_ids))

@@ -12,15 +12,19 @@ INFO_FILES = ('_info.json', 'info.json')
 
 
 class ShardList(NamedTuple):
-    """The shards of a split: the folder (local path or URL), their names in it, and the sample count of
-    each when a split file gives them."""
-    base: str
+    """The shards of a split: their folder, their names in it, and each one's sample count from a split file."""
+    data_root: str
     names: Tuple[str, ...]
     counts: Optional[Tuple[int, ...]] = None
     info_file: Optional[str] = None
 
+    @property
+    def base(self) -> str:
+        """Alias of ``data_root``."""
+        return self.data_root
+
     def url(self, i: int) -> str:
-        return join_url(self.base, self.names[i])
+        return join_url(self.data_root, self.names[i])
 
 
 
@@ -62,19 +66,8 @@ def _load_split_info(data_root: str, retry: Optional[RetryPolicy] = None
 
 def resolve_shards(data_root: str, shards: Union[None, str, Sequence[str]] = None,
                    split: Optional[str] = None, retry: Optional[RetryPolicy] = None) -> ShardList:
-    """The shards a dataset reads.
-
-    Args:
-        data_root (str): The folder of the shards: a local path or an fsspec URL.
-        shards (str | list[str], optional): A brace pattern or a list of names (relative to
-            ``data_root``, or absolute). None: the split's shards of the split file when ``data_root`` has
-            one (``_info.json`` / ``info.json``), else every ``.tar`` of the folder whose name holds
-            ``-<split>-`` or, without ``split``, every ``.tar`` of the folder.
-        split (str, optional): The split's name in the split file (``train``, ``validation``).
-        retry (RetryPolicy, optional): How remote reads wait out an outage; default 600 s in all.
-
-    Returns:
-        ShardList: The folder, the names and, from a split file, the sample count of each shard.
+    """The shards a dataset reads (``shards`` as :class:`~vit_plugin.datasets.shard_dataset.TarShardDataset`
+    takes it; names relative to ``data_root`` or absolute).
 
     Raises:
         TarIndexError: No shard matches, a shard is compressed, or the split file lacks the split.
