@@ -114,14 +114,8 @@ def _parse_chunk(buf: np.ndarray, filename: str, first_line_no: int
 
 def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Parse a ``"<path> <label>"`` list file the way mmpretrain's ``CustomDataset`` does.
-
-    Each line is stripped of (ASCII) whitespace and split at its last space: the path may hold spaces,
-    the label must be a non-negative integer. Lines end at ``\\n`` only (a ``\\r`` before it is stripped).
-
-    Args:
-        filename (str): The list file.
-        chunk_bytes (int): Bytes parsed at a time (whole lines; about 7x this in temporary memory).
+    """Parse a list file as mmpretrain's ``CustomDataset`` does: each line stripped (ASCII whitespace) and
+    split at its last space; lines end at ``\\n``. ``chunk_bytes`` (whole lines) bounds the temporary memory.
 
     Returns:
         tuple: ``paths`` (uint8), ``offsets`` (int64, lines + 1) and ``labels`` (int32).
@@ -276,12 +270,8 @@ class CompactListMixin(IndexedRecordsMixin):
     """Serve a mmpretrain ``CustomDataset``-style list file (``ann_file``) from a :class:`ListFileIndex`.
 
     Put it before mmpretrain's class in the bases; without ``ann_file`` (folder layout) the base class
-    serves the records. Labels are checked against the ``num_classes`` attribute. ``with_label=False``
-    is refused.
-
-    Args:
-        index_cache (bool): Keep the index as ``<ann_file>.index`` and memory-map it. Defaults to True.
-        *args, **kwargs: The base class's arguments.
+    serves the records. Labels are checked against the ``num_classes`` attribute; ``with_label=False`` is
+    refused. ``index_cache`` (default True): keep the index as ``<ann_file>.index``.
     """
     num_classes: Optional[int] = None
 
