@@ -128,8 +128,8 @@ def test_label_outside_num_classes_names_file_line_and_value(tmp_path):
     with pytest.raises(ListFileError) as err:
         build(root, num_classes=5)
     message = str(err.value)
-    assert message.startswith(f'{ann}, line 704: label 7 is outside [0, 5)')
-    assert '2 of 1,000 lines are outside, the largest label is 7' in message and 'num_classes' in message
+    assert message.startswith(f'{ann}, line 704: label 7 is outside [0, 5)') and 'Set num_classes' in message
+    assert '2 of 1,000 labels are outside, the largest label is 7' in message and 'num_classes' in message
     assert len(build(root, num_classes=8)) == 1000  # and the cache it wrote is checked again, per run:
     assert osp.isfile(ann + '.index')
     with pytest.raises(ListFileError, match=r'line 704: label 7 is outside \[0, 6\)'):
@@ -145,7 +145,7 @@ def test_label_check_in_other_layouts_names_the_sample(tmp_path):
         Image.new('RGB', (8, 8)).save(tmp_path / 'train' / cls_name / '0.JPEG')
     folder = ImageNet21k(data_root=str(tmp_path), data_prefix='train', pipeline=[], num_classes=3)
     assert [r[1] for r in records(folder)] == [0, 1, 2]
-    with pytest.raises(ListFileError, match=r'sample 2 \(.*n03/0\.JPEG\) of .*train has label 2, outside \[0, 2\)'):
+    with pytest.raises(ListFileError, match=r'sample 2 \(.*n03/0\.JPEG\) of .*train: label 2 is outside \[0, 2\)'):
         ImageNet21k(data_root=str(tmp_path), data_prefix='train', pipeline=[], num_classes=2)
 
 

@@ -16,7 +16,8 @@ from vit_plugin import label_spaces
 from vit_plugin.benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import BlockShuffleSampler, SkipBadSamples, TarShardDataset
 from vit_plugin.datasets.shard_dataset import SampleReadError
-from vit_plugin.datasets.shard_files import ShardReadError
+from vit_plugin.datasets.shards import ShardReadError
+from vit_plugin.datasets.tar_index import TarIndexError
 
 PER_SHARD = (9, 6, 8, 7)
 CROP = [dict(type='vit_plugin.LoadAndInceptionCrop', scale=16, crop_ratio_range=(0.05, 1.0)),
@@ -180,10 +181,10 @@ def test_a_bad_image_gets_the_advice_of_its_source(tmp_path, samples):
 def test_the_reader_settings_reach_the_index_build_and_the_reads(shards, tmp_path, monkeypatch):
     """reader=dict(retry_timeout=...) is the retry policy of the remote index build and of every read."""
     monkeypatch.setenv('VIT_PLUGIN_CACHE', str(tmp_path / 'cache'))
-    from vit_plugin.datasets import tar_index
+    from vit_plugin.datasets import tar_index_build
     seen = []
-    scan = tar_index._scan_webdataset
-    monkeypatch.setattr(tar_index, '_scan_webdataset', lambda url, rule, retry=None, keep=None:
+    scan = tar_index_build.scan_webdataset
+    monkeypatch.setattr(tar_index_build, 'scan_webdataset', lambda url, rule, retry=None, keep=None:
                         seen.append(retry) or scan(url, rule, retry, keep))
     with serve_folder(shards) as server:
         dataset = build(server.url, reader=dict(cache_dir=str(tmp_path / 'chunks'), chunk_bytes=1 << 16,
@@ -191,3 +192,12 @@ def test_the_reader_settings_reach_the_index_build_and_the_reads(shards, tmp_pat
         assert int(dataset[0]['data_samples'].gt_label) >= 0
     assert dataset.reader.retry.timeout_s == 42 and dataset.reader.retry.backoff_s == 0.01
     assert seen == [dataset.reader.retry] * len(PER_SHARD)
+
+
+def test_a_label_outside_num_classes_names_the_sample(shards, samples):
+    first = next(i for i, s in enumerate(samples) if s.label >= 2)
+    with pytest.raises(TarIndexError) as err:
+        build(shards, num_classes=2)
+    text = str(err.value)
+    assert text.startswith(f'{shards}/imagenet22k-train-0000.tar:{samples[first].key}.jpg: label '
+                           f'{samples[first].label} is outside [0, 2)') and 'Set num_classes' in text

@@ -37,7 +37,7 @@ RANK = textwrap.dedent('''
     import torch.distributed as dist
     from mmengine.config import Config
     from mmengine.logging import MMLogger
-    from vit_plugin.datasets import tar_index
+    from vit_plugin.datasets import tar_index_build
     from vit_plugin.datasets.shard_dataset import TarShardDataset
 
     config, slow_index, slow_s, timeout_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
@@ -56,8 +56,8 @@ RANK = textwrap.dedent('''
     kwargs = {k: v for k, v in cfg.items() if k not in ('type', 'pipeline')}
     built = TarShardDataset(**kwargs)
     print('BUILT', len(built), built.index_path, flush=True)
-    scan = tar_index._run_task  # whichever process builds, each shard's scan takes slow_s more
-    tar_index._run_task = lambda task: time.sleep(slow_s) or scan(task)
+    scan = tar_index_build._run_task  # whichever process builds, each shard's scan takes slow_s more
+    tar_index_build._run_task = lambda task: time.sleep(slow_s) or scan(task)
     print('SLOW START', time.time(), flush=True)
     slow = TarShardDataset(**kwargs, index_file=slow_index)
     sizes = [None, None]

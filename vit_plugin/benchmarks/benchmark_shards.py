@@ -78,7 +78,7 @@ from vit_plugin.benchmarks.timing import paired_rounds
 from vit_plugin.datasets import BlockShuffleSampler, TarShardDataset
 from vit_plugin.datasets.checked import ImageNet21k
 from vit_plugin.datasets.decode import inspect_image
-from vit_plugin.datasets.shard_files import ShardReader
+from vit_plugin.datasets.shards import ShardReader
 from vit_plugin.datasets.tar_index import LabelRule, TarShardIndex, resolve_shards
 
 READERS = ('folder', 'shards', 'webdataset', 'remote')

@@ -2,7 +2,7 @@
 
 :func:`serve_folder` serves one folder (read-only) on a free port of the loopback address and stops
 when its ``with`` block ends. It answers what fsspec's ``HTTPFileSystem`` (and so
-:mod:`vit_plugin.datasets.shard_files`) asks of a real server:
+:mod:`vit_plugin.datasets.shards`) asks of a real server:
 
 * ``HEAD`` and ``GET`` of a file, with ``Content-Length``, ``ETag`` and ``Last-Modified``;
 * one ``Range: bytes=a-b`` (or ``a-`` or ``-n``) per request, answered with ``206`` and

@@ -1,24 +1,9 @@
-"""mmpretrain's datasets for the paper's data, with a clear error when the data is not there.
+"""mmpretrain's datasets for the paper's data, checked when built (docs/configs.md#data-preparation).
 
-Without a check, a wrong ``data_root`` surfaces as an ``AssertionError`` or ``FileNotFoundError``
-from deep inside a loader, often only after the model was built. The classes here (registered as
-``vit_plugin.ImageNet``, ``vit_plugin.ImageNet21k``, ``vit_plugin.CIFAR10``, ``vit_plugin.CIFAR100``,
-``vit_plugin.OxfordIIITPet``, ``vit_plugin.Flowers102`` and ``vit_plugin.CustomDataset``) behave
-exactly like mmpretrain's, but first check the paths they are about to read and raise
-:class:`DataRootNotFoundError` naming the missing path, the expected layout and where the README
-explains how to prepare it. ``tools/train.py`` and ``tools/test.py`` print that message without a
-traceback.
-
-``vit_plugin.ImageNet21k`` reads a list file (``ann_file``) through the array-backed index of
-:mod:`vit_plugin.datasets.compact_index` (little start-up time and memory, shared by the dataloader
-workers: docs/benchmarks.md#dataset-index) instead of one Python dict per line; the records are the same.
-
-Every class also refuses, when it is built, a dataset without samples (:class:`NoSamplesError`, e.g.
-an empty list file or ``indices`` that keep nothing) and, given ``num_classes`` (the config's class
-count, the value the head and the data preprocessor use), any label outside ``[0, num_classes)``
-(:class:`~vit_plugin.datasets.compact_index.ListFileError`, naming the file, the line or sample and the
-value), instead of a failure inside the loss hours later, or a CUDA device-side assert far from the
-cause.
+Registered as ``vit_plugin.<name>`` for ImageNet, ImageNet21k, CIFAR10, CIFAR100, OxfordIIITPet, Flowers102
+and CustomDataset: a missing path raises :class:`DataRootNotFoundError`, no sample :class:`NoSamplesError`,
+a label outside ``[0, num_classes)`` :class:`~vit_plugin.datasets.compact_index.ListFileError`.
+``vit_plugin.ImageNet21k`` reads a list file through :mod:`vit_plugin.datasets.compact_index`.
 """
 import os.path as osp
 from typing import List, Optional, Union
@@ -27,7 +12,8 @@ import numpy as np
 from mmpretrain import datasets as mmpretrain_datasets
 
 from vit_plugin.compat import mmengine as mmengine_compat
-from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError, check_labels
+from vit_plugin.datasets.compact_index import CompactListMixin, ListFileError
+from vit_plugin.datasets.indexed import check_label_range
 from vit_plugin.datasets.decode import ImageDecodeError
 from vit_plugin.registry import DATASETS
 
@@ -119,36 +105,17 @@ def check_samples(dataset, name: str) -> None:
     if num_classes is None or getattr(dataset, '_index', None) is not None:
         return
     labels = np.asarray(dataset.get_gt_labels())
-    try:
-        check_labels(labels, num_classes, _source(dataset))
-    except ListFileError:
-        i = int(np.argmax((labels >= num_classes) | (labels < 0)))
-        raise ListFileError(
-            f'{name}: sample {i} ({dataset.get_data_info(i).get("img_path")}) of {_source(dataset)} has label '
-            f'{int(labels[i])}, outside [0, {num_classes}) (the largest label is {int(labels.max())}). Set '
-            f'num_classes in the config to the number of classes of the data (the same value for the dataset, '
-            f'the data preprocessor and the head).') from None
+    check_label_range(labels, num_classes, lambda i: f'{name}: sample {i} '
+                      f'({dataset.get_data_info(i).get("img_path")}) of {_source(dataset)}', ListFileError)
 
 
 def _make_checked(cls: type) -> type:
-    """Class decorator: give an mmpretrain dataset class the checks of this module.
+    """Class decorator: give an mmpretrain dataset class the checks of this module, and ``num_classes``.
 
-    Before mmpretrain's ``__init__`` the files the dataset reads must exist
-    (:class:`DataRootNotFoundError`); once the data is loaded there must be samples
-    (:class:`NoSamplesError`) and, given ``num_classes``, every label must lie in ``[0, num_classes)``
-    (``ListFileError``). The checks are methods of ``cls`` itself rather than of a base class, so they
-    run before those of every base, :class:`~vit_plugin.datasets.compact_index.CompactListMixin`'s
-    included (whose ``full_init`` does not call the next class's for a list file).
-
-    ``cls`` sets ``data_layout`` (the expected layout, shown to the user), ``data_paths`` (a function
-    ``(data_root, split, kwargs) -> paths`` listing what to check) and, when mmpretrain's class has a
-    default split, ``default_split``.
-
-    Args:
-        cls (type): A subclass of an mmpretrain dataset class.
-
-    Returns:
-        type: ``cls``, with ``__init__`` taking ``num_classes`` (a positive int or None).
+    The checks are methods of ``cls`` itself, so they run before those of every base
+    (:class:`~vit_plugin.datasets.compact_index.CompactListMixin`'s ``full_init`` does not call the next one).
+    ``cls`` sets ``data_layout`` (shown to the user), ``data_paths`` (``(data_root, split, kwargs) -> paths``
+    to check) and, where mmpretrain's class has one, ``default_split``.
     """
     name = cls.__name__
 

@@ -1,26 +1,8 @@
-"""An array-backed index of a ``"<relative path> <label>"`` list file, for ImageNet-21k-scale datasets.
+"""The array-backed index of a ``"<relative path> <label>"`` list file, and the dataset mixin that reads it.
 
-mmpretrain's list-file parser turns every line into a Python dict (14.2M of them for ImageNet-21k),
-then mmengine pickles each dict into one numpy buffer. That costs minutes and gigabytes in the main
-process before the first batch (docs/benchmarks.md#dataset-index). Here the file is parsed with
-vectorised numpy into three arrays and no per-line Python object:
-
-* ``paths``   uint8, the bytes of all relative paths one after another;
-* ``offsets`` int64, ``n + 1`` entries, path ``i`` is ``paths[offsets[i]:offsets[i + 1]]``;
-* ``labels``  int32, ``n`` entries.
-
-The arrays are cached next to the list file (``<ann_file>.index``) and memory-mapped read-only, so
-the main process and every dataloader worker share the same page-cache pages, and a pickled index
-(spawned workers) is a file name, not the arrays. The cache is rebuilt when the list file's size or
-modification time changes, and skipped with a warning when its folder is not writable.
-
-:class:`CompactListMixin` puts the index under mmpretrain's ``CustomDataset`` family:
-``vit_plugin.ImageNet21k`` uses it for list files (``ann_file`` given), so the ImageNet-21k configs
-need no change. A record is built on demand and equals mmpretrain's: ``img_path`` (joined with the
-image prefix), ``gt_label`` and ``sample_idx``.
-
-The cache is one :mod:`~vit_plugin.datasets.array_file` (written to a temporary name and moved into
-place with ``os.replace``).
+The index is three arrays (``paths`` bytes, ``offsets``, ``labels``) cached as ``<ann_file>.index`` (an
+:mod:`~vit_plugin.datasets.array_file`) and memory-mapped; docs/configs.md (ImageNet-21k) tells why and
+docs/benchmarks.md#dataset-index what it saves.
 """
 import codecs
 import os
@@ -31,7 +13,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from vit_plugin.datasets.array_file import read_array_file, write_array_file
-from vit_plugin.datasets.indexed import IndexedRecordsMixin
+from vit_plugin.datasets.indexed import IndexedRecordsMixin, check_label_range
 
 FORMAT_VERSION = 1
 CACHE_SUFFIX = '.index'
@@ -132,23 +114,15 @@ def _parse_chunk(buf: np.ndarray, filename: str, first_line_no: int
 
 def parse_list_file(filename: str, chunk_bytes: int = 16 << 20
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Parse a ``"<path> <label>"`` list file the way mmpretrain's ``CustomDataset`` does.
-
-    Each line is stripped of (ASCII) whitespace and split at its last space: the path may hold spaces,
-    the label must be a non-negative integer. Lines end at ``\\n`` only (a ``\\r`` before it is stripped).
-
-    Args:
-        filename (str): The list file.
-        chunk_bytes (int): Bytes parsed at a time (whole lines); bounds the temporary memory (about
-            seven times this). Defaults to 16 MiB.
+    """Parse a list file as mmpretrain's ``CustomDataset`` does: each line stripped (ASCII whitespace) and
+    split at its last space; lines end at ``\\n``. ``chunk_bytes`` (whole lines) bounds the temporary memory.
 
     Returns:
-        tuple[np.ndarray, np.ndarray, np.ndarray]: ``paths`` (uint8), ``offsets`` (int64, one more than
-        lines) and ``labels`` (int32).
+        tuple: ``paths`` (uint8), ``offsets`` (int64, lines + 1) and ``labels`` (int32).
 
     Raises:
         ListFileError: The file is empty, or a line is empty, has no space, a label that is not a
-            non-negative integer, or is not UTF-8; the message names the file and the line number.
+            non-negative integer, or is not UTF-8 (file and line named).
     """
     size = osp.getsize(filename)
     if size == 0:
@@ -191,24 +165,8 @@ def empty_list_error(filename: str) -> ListFileError:
 
 def check_labels(labels: np.ndarray, num_classes: int, filename: str) -> None:
     """Raise :class:`ListFileError` naming the first line of ``filename`` whose label is outside
-    ``[0, num_classes)``. Vectorised: a minimum and a maximum over the labels (no allocation), a
-    comparison only on the error path, to find the line."""
-    if not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool) or num_classes < 1:
-        raise ValueError(f'num_classes must be a positive int, got {num_classes!r}')
-    if not len(labels):
-        return
-    top = int(labels.max())
-    low = int(labels.min())
-    if top < num_classes and low >= 0:
-        return
-    bad = labels >= num_classes  # one byte per line, only on this error path
-    if low < 0:
-        bad |= labels < 0
-    line = int(np.argmax(bad))
-    raise ListFileError(
-        f'{filename}, line {line + 1}: label {int(labels[line])} is outside [0, {num_classes}) '
-        f'({int(np.count_nonzero(bad)):,} of {len(labels):,} lines are outside, the largest label is {top}). '
-        f'Set num_classes (dataset, data preprocessor and head) to the classes of this list, or correct it.')
+    ``[0, num_classes)`` (:func:`~vit_plugin.datasets.indexed.check_label_range`)."""
+    check_label_range(labels, num_classes, lambda row: f'{filename}, line {row + 1}', ListFileError)
 
 
 def _source_key(filename: str) -> dict:
@@ -223,17 +181,9 @@ def _read_cache(cache_path: str, key: dict) -> Optional[dict]:
 
 
 class ListFileIndex:
-    """The paths and labels of a list file, held in (memory-mapped) arrays.
+    """The paths (uint8 ``paths`` cut at int64 ``offsets``) and int32 ``labels`` of a list file (use :meth:`open`).
 
-    Use :meth:`open`. The index is read-only; copies share it, and pickling it sends the cache file's
-    name (re-opened and re-checked on the other side) or, without a cache, the arrays.
-
-    Args:
-        paths (np.ndarray): uint8 bytes of all paths.
-        offsets (np.ndarray): int64 start of each path in ``paths``, plus the end.
-        labels (np.ndarray): int32 label of each line.
-        cache_path (str, optional): The cache file the arrays are mapped from. Defaults to None.
-        key (dict, optional): The list file's size and mtime the cache was built for. Defaults to None.
+    Read-only: copies share it; pickling sends the cache file's name (checked again on load), or the arrays.
     """
 
     def __init__(self, paths: np.ndarray, offsets: np.ndarray, labels: np.ndarray,
@@ -247,18 +197,11 @@ class ListFileIndex:
 
         Args:
             filename (str): The list file.
-            cache (bool): Read and write the cache next to the list file. When its folder is not
-                writable, the index is built in memory and a warning says so. Defaults to True.
-            num_classes (int, optional): Check that every label lies in ``[0, num_classes)`` (on
-                every open, the cache's too: a run may use another ``num_classes``). Defaults to None:
-                not checked.
-
-        Returns:
-            ListFileIndex: The index.
+            cache (bool): Use the cache; an unwritable folder gives a warning and an in-memory index.
+            num_classes (int, optional): Check every label against ``[0, num_classes)`` on every open.
 
         Raises:
-            ListFileError: The list is empty or malformed, or a label is outside ``[0, num_classes)``;
-                the message names the file, the line and the value.
+            ListFileError: The list is empty or malformed, or a label is out of range (file and line named).
         """
         index = cls._open(filename, cache)
         if not len(index):
@@ -324,21 +267,11 @@ class ListFileIndex:
 
 
 class CompactListMixin(IndexedRecordsMixin):
-    """Serve a mmpretrain ``CustomDataset``-style list file from a :class:`ListFileIndex`.
+    """Serve a mmpretrain ``CustomDataset``-style list file (``ann_file``) from a :class:`ListFileIndex`.
 
-    Put it before mmpretrain's class in the bases. With ``ann_file`` set, the list file is indexed
-    instead of parsed into dicts; without it (folder layout) the base class does everything.
-    ``indices``, ``get_subset``/``get_subset_``, ``metainfo``, ``lazy_init`` and ``test_mode`` keep
-    mmengine's meaning (:class:`~vit_plugin.datasets.indexed.IndexedRecordsMixin`). ``with_label=False``
-    is refused.
-
-    The number of classes is the ``num_classes`` attribute set by the dataset class (see
-    :mod:`vit_plugin.datasets.checked`): every label is checked against it when the index is opened.
-
-    Args:
-        index_cache (bool): Keep the index next to the list file (``<ann_file>.index``) and
-            memory-map it. Defaults to True.
-        *args, **kwargs: The base class's arguments.
+    Put it before mmpretrain's class in the bases; without ``ann_file`` (folder layout) the base class
+    serves the records. Labels are checked against the ``num_classes`` attribute; ``with_label=False`` is
+    refused. ``index_cache`` (default True): keep the index as ``<ann_file>.index``.
     """
     num_classes: Optional[int] = None
 
@@ -346,7 +279,7 @@ class CompactListMixin(IndexedRecordsMixin):
         self.index_cache = index_cache
         super().__init__(*args, **kwargs)
 
-    def _uses_index(self) -> bool:
+    def _reads_index(self) -> bool:
         return bool(self.ann_file)
 
     def _open_index(self) -> ListFileIndex:

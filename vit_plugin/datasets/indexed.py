@@ -1,60 +1,82 @@
-"""Dataset records served from an array index instead of one Python dict per sample.
+"""An mmengine dataset's records served from an index of arrays (docs/data.md#the-index).
 
-mmengine's ``BaseDataset`` keeps a list of dicts (packed into one numpy buffer), which for millions of
-samples costs minutes and gigabytes before the first batch. The indexes of this package (a list file:
-:mod:`~vit_plugin.datasets.compact_index`; tar shards: :mod:`~vit_plugin.datasets.tar_index`) hold
-the same information in memory-mapped arrays; :class:`IndexedRecordsMixin` serves a dataset's records
-from such an index, keeping mmengine's meaning of ``indices``, ``get_subset``/``get_subset_``,
-``lazy_init``, ``get_cat_ids`` and ``get_gt_labels``.
+:class:`IndexedRecordsMixin` keeps mmengine's meaning of ``indices``, ``get_subset``/``get_subset_``,
+``lazy_init``, ``get_cat_ids`` and ``get_gt_labels``; :func:`check_label_range` is the label check of
+every index.
 """
-from typing import Optional, Sequence, Union
+import abc
+from typing import Callable, Optional, Sequence, Type, Union
 
 import numpy as np
 from mmengine.dataset.base_dataset import force_full_init
 
 
-class IndexedRecordsMixin:
-    """Serve an mmengine dataset's records from an index with a ``labels`` array (one per row).
+def check_label_range(labels: np.ndarray, num_classes: int, where: Callable[[int], str],
+                      error: Type[Exception] = ValueError) -> None:
+    """Raise ``error`` unless every label lies in ``[0, num_classes)`` (a positive int, else ValueError).
 
-    Put it before the mmengine/mmpretrain dataset class in the bases. A subclass implements:
+    ``where(row)`` names a row in the message: ``'<file>, line 5'``, ``'<shard>:<member>'``.
+    """
+    if not isinstance(num_classes, (int, np.integer)) or isinstance(num_classes, bool) or num_classes < 1:
+        raise ValueError(f'num_classes must be a positive int, got {num_classes!r}')
+    if not len(labels):
+        return
+    low, top = int(labels.min()), int(labels.max())  # no allocation on the passing path
+    if low >= 0 and top < num_classes:
+        return
+    bad = (labels < 0) | (labels >= num_classes)
+    row = int(np.argmax(bad))
+    raise error(f'{where(row)}: label {int(labels[row])} is outside [0, {num_classes}) '
+                f'({int(np.count_nonzero(bad)):,} of {len(labels):,} labels are outside, the largest label is '
+                f'{top}). Set num_classes (dataset, data preprocessor and head) to the classes of the data, '
+                f'or correct the labels.')
 
-    * ``_uses_index()``: whether this instance reads an index (False: the base class does everything,
-      e.g. mmpretrain's folder layout);
-    * ``_open_index()``: build or open the index (any object with ``__len__`` and a ``labels`` array);
-    * ``_record(row)``: the record of index row ``row`` (``sample_idx`` is added here).
+
+class IndexedRecordsMixin(abc.ABC):
+    """Serve a dataset's records from an index (``len()`` rows, a ``labels`` array); put it first in the bases.
+
+    ``full_init`` picks the :class:`RecordSource`: :class:`FromDataList` where ``_reads_index()`` is False.
     """
 
     def __init__(self, *args, **kwargs):
         self._index = None
         self._selection: Optional[np.ndarray] = None  # index rows after ``indices``
+        self._records: Optional[RecordSource] = None
         super().__init__(*args, **kwargs)
 
-    def _uses_index(self) -> bool:
-        return True
+    def _reads_index(self) -> bool:
+        return True  # False: the base class's ``data_list`` serves the records
 
+    @abc.abstractmethod
     def _open_index(self):
-        raise TypeError(f'{type(self).__name__} must define _open_index()')
+        """Build or open the index."""
 
+    @abc.abstractmethod
     def _record(self, row: int) -> dict:
-        raise TypeError(f'{type(self).__name__} must define _record(row)')
+        """The record of index row ``row``, without ``sample_idx``."""
+
+    def index_labels(self) -> np.ndarray:
+        """The label of every index row."""
+        return self._index.labels
 
     def full_init(self):
-        if not self._uses_index():
-            return super().full_init()
         if self._fully_initialized:
             return
+        if not self._reads_index():
+            self._records = FROM_DATA_LIST
+            return super().full_init()
+        self._records = FROM_INDEX
         self._index = self._open_index()
-        self._selection = None
-        if self._indices is not None:
-            self._selection = self._positions(self._indices)
+        self._selection = None if self._indices is None else self._positions(self._indices)
         self._fully_initialized = True
 
-    def _rows(self) -> np.ndarray:
+    def index_rows(self) -> np.ndarray:
+        """The index rows of the samples, in order."""
         return self._selection if self._selection is not None else np.arange(len(self._index))
 
     def _positions(self, indices: Union[int, Sequence[int]]) -> np.ndarray:
         """Index rows kept by mmengine's ``indices`` semantics (int: first/last n; sequence: these)."""
-        rows = self._rows()
+        rows = self.index_rows()
         if isinstance(indices, (int, np.integer)):
             return rows[:indices] if indices >= 0 else rows[indices:]
         if isinstance(indices, (Sequence, np.ndarray)):
@@ -76,41 +98,32 @@ class IndexedRecordsMixin:
 
     @force_full_init
     def __len__(self) -> int:
-        if not self._uses_index():
-            return super().__len__()
-        return len(self._selection) if self._selection is not None else len(self._index)
+        return self._records.length(self)
 
     @force_full_init
     def get_data_info(self, idx: int) -> dict:
-        if not self._uses_index():
-            return super().get_data_info(idx)
-        record = self._record(self.row_of(idx))
-        record['sample_idx'] = int(idx) % len(self)
-        return record
+        return self._records.data_info(self, idx)
 
     @force_full_init
     def get_cat_ids(self, idx: int):
-        if not self._uses_index():
-            return super().get_cat_ids(idx)
-        return [int(self._index.labels[self.row_of(idx)])]
+        return self._records.cat_ids(self, idx)
 
     @force_full_init
     def get_gt_labels(self) -> np.ndarray:
-        if not self._uses_index():
-            return super().get_gt_labels()
-        labels = self._index.labels
-        return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
+        return self._records.gt_labels(self)
 
     @force_full_init
     def get_subset_(self, indices: Union[int, Sequence[int]]) -> None:
-        if not self._uses_index():
-            return super().get_subset_(indices)
-        self._selection = self._positions(indices)
+        return self._records.subset_(self, indices)
 
     @force_full_init
     def get_subset(self, indices: Union[int, Sequence[int]]):
-        if not self._uses_index():
-            return super().get_subset(indices)
+        return self._records.subset(self, indices)
+
+    def _select(self, indices: Union[int, Sequence[int]]) -> None:
+        self._selection = self._positions(indices)
+
+    def _copy_selecting(self, indices: Union[int, Sequence[int]]):
         # mmengine's default ``memo`` is one dict shared by all calls: pass a fresh one. The copy
         # shares the (read-only) index and deep-copies the rest.
         sub = self._copy_without_annotation({})
@@ -118,4 +131,79 @@ class IndexedRecordsMixin:
         return sub
 
 
-__all__ = ['IndexedRecordsMixin']
+class RecordSource(abc.ABC):
+    """Where an :class:`IndexedRecordsMixin` dataset's records come from: each method does what the dataset's
+    method of that name (``__len__``, ``get_data_info``, ``get_cat_ids``, ``get_gt_labels``, ``get_subset_``,
+    ``get_subset``) does in mmengine. Stateless: one instance each."""
+
+    @abc.abstractmethod
+    def length(self, dataset) -> int: ...
+
+    @abc.abstractmethod
+    def data_info(self, dataset, idx: int) -> dict: ...
+
+    @abc.abstractmethod
+    def cat_ids(self, dataset, idx: int) -> list: ...
+
+    @abc.abstractmethod
+    def gt_labels(self, dataset) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def subset_(self, dataset, indices) -> None: ...
+
+    @abc.abstractmethod
+    def subset(self, dataset, indices): ...
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class FromIndex(RecordSource):
+    """Records of the dataset's index rows (after ``indices`` and subsets)."""
+
+    def length(self, dataset) -> int:
+        return len(dataset.index_rows())
+
+    def data_info(self, dataset, idx: int) -> dict:
+        record = dataset._record(dataset.row_of(idx))
+        record['sample_idx'] = int(idx) % len(dataset)
+        return record
+
+    def cat_ids(self, dataset, idx: int) -> list:
+        return [int(dataset.index_labels()[dataset.row_of(idx)])]
+
+    def gt_labels(self, dataset) -> np.ndarray:
+        return np.asarray(dataset.index_labels()[dataset.index_rows()], dtype=np.int64)
+
+    def subset_(self, dataset, indices) -> None:
+        dataset._select(indices)
+
+    def subset(self, dataset, indices):
+        return dataset._copy_selecting(indices)
+
+
+class FromDataList(RecordSource):
+    """mmengine's ``data_list``: every call goes to the class after :class:`IndexedRecordsMixin`."""
+
+    def length(self, dataset) -> int:
+        return super(IndexedRecordsMixin, dataset).__len__()
+
+    def data_info(self, dataset, idx: int) -> dict:
+        return super(IndexedRecordsMixin, dataset).get_data_info(idx)
+
+    def cat_ids(self, dataset, idx: int) -> list:
+        return super(IndexedRecordsMixin, dataset).get_cat_ids(idx)
+
+    def gt_labels(self, dataset) -> np.ndarray:
+        return super(IndexedRecordsMixin, dataset).get_gt_labels()
+
+    def subset_(self, dataset, indices) -> None:
+        super(IndexedRecordsMixin, dataset).get_subset_(indices)
+
+    def subset(self, dataset, indices):
+        return super(IndexedRecordsMixin, dataset).get_subset(indices)
+
+
+FROM_INDEX, FROM_DATA_LIST = FromIndex(), FromDataList()
+
+__all__ = ['IndexedRecordsMixin', 'RecordSource', 'FromIndex', 'FromDataList', 'check_label_range']

@@ -1,17 +1,8 @@
-"""``vit_plugin.TarShardDataset``: images read straight from tar shards, local or remote, without extracting.
+"""``vit_plugin.TarShardDataset``: images read from tar shards, local or remote, without extracting.
 
-The shards are indexed once (:mod:`~vit_plugin.datasets.tar_index`); a sample's bytes are then one
-byte-range read (:class:`~vit_plugin.datasets.shard_files.ShardReader`: ``pread`` locally, a shared chunk
-cache with read-ahead remotely), handed to the pipeline as ``img_bytes`` next to ``img_path``
-(``<shard>:<member>``, how messages name it). vit_plugin's loaders (``LoadAndInceptionCrop``,
-``LoadImageFromFile``) decode those bytes exactly as they decode a file, so the pipeline of a config
-is unchanged.
-
-Records are mmpretrain's (``img_path``, ``gt_label``, ``sample_idx``, plus ``img_bytes`` and ``key`` when a
-sample is loaded), served from the index (:class:`~vit_plugin.datasets.indexed.IndexedRecordsMixin`:
-``indices``, ``get_subset``, ``get_gt_labels`` as in mmengine). Use it with
-``vit_plugin.BlockShuffleSampler``, which keeps reads near-sequential within a shard, sees every sample
-once per epoch and resumes at once. docs/data.md has the formats, configs and label spaces.
+Records are mmpretrain's (``img_path`` ``<shard>:<member>``, ``gt_label``, ``sample_idx``, ``key``), served
+from the shards' index (:mod:`~vit_plugin.datasets.tar_index`, :mod:`~vit_plugin.datasets.indexed`);
+loading adds ``img_bytes``, which vit_plugin's loaders decode as a file. docs/data.md tells the story.
 """
 from typing import Optional, Sequence, Union
 
@@ -22,7 +13,7 @@ from mmpretrain.datasets import BaseDataset
 
 from vit_plugin import label_spaces
 from vit_plugin.datasets.decode import ImageDecodeError
-from vit_plugin.datasets.indexed import IndexedRecordsMixin
+from vit_plugin.datasets.indexed import IndexedRecordsMixin, check_label_range
 from vit_plugin.datasets.shards import ShardReader, ShardReadError
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
 from vit_plugin.datasets.transforms import LoadAndInceptionCrop, LoadImageFromFile
@@ -30,10 +21,7 @@ from vit_plugin.registry import DATASETS
 
 
 class SampleReadError(ShardReadError):
-    """A sample's bytes could not be read from its shard (mid-run); names the shard and the member.
-
-    Like a bad image, it stops training, or is counted and replaced under ``vit_plugin.SkipBadSamples``.
-    """
+    """A sample's bytes could not be read from its shard (mid-run); names the shard and the member."""
 
     def __init__(self, location: str, reason: str = ''):
         super().__init__(location, reason)
@@ -42,40 +30,23 @@ class SampleReadError(ShardReadError):
 
 @DATASETS.register_module()
 class TarShardDataset(IndexedRecordsMixin, BaseDataset):
-    """Images and labels from tar shards (WebDataset layout) or a tar of per-synset tars.
+    """Images and labels from tar shards (WebDataset layout) or a tar of per-synset tars (docs/data.md).
 
     Args:
-        data_root (str): The shards' folder: a local path or an fsspec URL (``s3://``, ``gs://``,
-            ``https://``, ``hf://datasets/<org>/<name>``).
-        shards (str | list[str], optional): A brace pattern (``'imagenet22k-train-{0000..4095}.tar'``) or
-            names; None: the split's shards from ``_info.json`` / ``info.json``, else the folder's
-            ``.tar`` files with ``-<split>-`` in their names (all of them when ``split`` is None).
-        split (str, optional): The split's name in the split file. Defaults to 'train'.
-        layout (str): ``'webdataset'`` (samples of members sharing a key) or ``'tar_of_tars'``
-            (``fall11_whole.tar``, ``ILSVRC2012_img_train.tar``). Defaults to 'webdataset'.
-        label (dict, optional): ``dict(source='cls')`` (the default), ``dict(source='json', key='label')``
-            or ``dict(source='synset')`` (the key's synset prefix, or the inner tar's name).
-        label_space (str, optional): The class order of the labels (:mod:`vit_plugin.label_spaces`:
-            ``'fall11'``, ``'google21k'``, ``'imagenet1k'``): synsets are numbered in it, and its class
-            names become the dataset's ``classes``. None with ``source='synset'``: the sorted synsets of
-            the data (winter21). Defaults to None.
-        target_label_space (str, optional): Give labels in this order instead, e.g. ``'google21k'`` to
-            evaluate an official ImageNet-21k head on timm's ``fall11`` shards. Defaults to None.
-        num_classes (int, optional): Every label must lie in ``[0, num_classes)``; checked when the
-            index opens, naming the shard and the key. Defaults to None.
-        index_file (str, optional): Where the index lives; default beside local writable shards, else
-            under ``~/.cache/vit_plugin/shard_index``.
+        data_root (str): The shards' folder: a local path or an fsspec URL (``s3://``, ``hf://datasets/...``).
+        shards (str | list[str], optional): A brace pattern or names; None: the split's shards from the
+            split file (``_info.json``), else the folder's ``.tar`` files named ``*-<split>-*``.
+        split (str, optional): The split's name. Defaults to 'train'.
+        layout (str): ``'webdataset'`` or ``'tar_of_tars'``. Defaults to 'webdataset'.
+        label (dict, optional): ``dict(source='cls' | 'json' | 'synset', key=<json field>)``.
+        label_space (str, optional): The class order of the labels (:mod:`vit_plugin.label_spaces`).
+        target_label_space (str, optional): Give labels in this order instead (e.g. ``'google21k'``).
+        num_classes (int, optional): Every label must lie in ``[0, num_classes)``.
+        index_file (str, optional): The index file; default beside local writable shards, else the cache.
         index_workers (int, optional): Processes that build the index; default every core.
-        index_wait_s (float, optional): The longest wait of a process for another one's index build (one
-            process builds, found by a lock file beside the index; the others poll for the file, with no
-            collective and so no process group's timeout). Defaults to 86400; None: no limit. Build it
-            ahead with ``tools/build_index.py CONFIG`` (docs/data.md#the-index).
-        duplicate_keys (str): Rows that share a sample key (a shard copied twice): ``'warn'`` with a count
-            and the first examples, or ``'error'``. Defaults to 'warn'.
-        reader (dict, optional): :class:`~vit_plugin.datasets.shard_files.ShardReader` settings for
-            remote shards (``cache_dir``, ``cache_bytes``, ``chunk_bytes``, ``readahead_chunks``,
-            ``retry_timeout``: the seconds one request waits out an outage, 600 by default; the index
-            build waits as long).
+        index_wait_s (float, optional): The longest wait for another process's index build; None: none.
+        duplicate_keys (str): Rows sharing a sample key: ``'warn'`` or ``'error'``. Defaults to 'warn'.
+        reader (dict, optional): :class:`~vit_plugin.datasets.shards.ShardReader`'s arguments.
         pipeline, test_mode, indices, lazy_init, metainfo, max_refetch: As mmengine's ``BaseDataset``.
     """
 
@@ -95,7 +66,6 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool)
                                         or num_classes < 1):
             raise ValueError(f'TarShardDataset: num_classes must be a positive int, got {num_classes!r}')
-        self.shard_root = str(data_root)
         self.shards, self.split, self.layout = shards, split, layout
         self.label_space = label_space and label_spaces.canonical_name(label_space)
         self.target_label_space = target_label_space and label_spaces.canonical_name(target_label_space)
@@ -105,13 +75,24 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         self.index_wait_s, self.duplicate_keys = index_wait_s, duplicate_keys
         self.reader = ShardReader(**(reader or {}))
         self._labels = None  # the labels after target_label_space
-        super().__init__(ann_file='', metainfo=metainfo, data_root='', pipeline=pipeline, test_mode=test_mode,
-                         indices=indices, lazy_init=lazy_init, max_refetch=max_refetch)
+        # No prefix: mmengine would join it to data_root with a file backend, which knows no hf:// or s3://.
+        super().__init__(ann_file='', metainfo=metainfo, data_root=str(data_root), data_prefix={},
+                         pipeline=pipeline, test_mode=test_mode, indices=indices, lazy_init=lazy_init,
+                         max_refetch=max_refetch)
         _check_loader(self.pipeline)
+
+    @property
+    def shard_root(self) -> str:
+        """Alias of ``data_root``."""
+        return self.data_root
+
+    @property
+    def img_prefix(self) -> str:
+        return ''  # the records' img_path is whole
 
     def _open_index(self) -> TarShardIndex:
         retry = self.reader.retry
-        shard_list = resolve_shards(self.shard_root, self.shards, self.split, retry=retry)
+        shard_list = resolve_shards(self.data_root, self.shards, self.split, retry=retry)
         open_args = dict(layout=self.layout, rule=self.rule, index_path=self.index_file, split=self.split,
                          workers=self.index_workers, retry=retry, keep_in=self.reader, wait_s=self.index_wait_s,
                          duplicate_keys=self.duplicate_keys)
@@ -132,7 +113,7 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
             labels = mapped.astype(np.int32)
         self._labels = labels
         if self.num_classes is not None:
-            _check_range(index, labels, self.num_classes)
+            check_label_range(labels, self.num_classes, index.location, TarIndexError)
         classes = self._class_names(index)
         if classes is not None and 'classes' not in self._metainfo:
             self._metainfo['classes'] = classes
@@ -142,25 +123,18 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         space = self.target_label_space or self.label_space
         if space and _listed_synsets(space) is not None:
             return label_spaces.class_names(space)
-        return index.synsets  # the data's own synsets (source='synset' without a list), else None  # the data's own synsets (source='synset' without a label space), else None
+        return index.synsets  # the data's own synsets (source='synset' without a label space), else None
+
+    def index_labels(self) -> np.ndarray:
+        return self._labels
 
     def _record(self, row: int) -> dict:
         index = self._index
         return {'img_path': index.location(row), 'gt_label': int(self._labels[row]), 'key': index.key(row)}
 
     @force_full_init
-    def get_cat_ids(self, idx: int):
-        return [int(self._labels[self.row_of(idx)])]
-
-    @force_full_init
-    def get_gt_labels(self) -> np.ndarray:
-        labels = self._labels
-        return np.asarray(labels if self._selection is None else labels[self._selection], dtype=np.int64)
-
-    @force_full_init
     def data_fingerprint(self) -> dict:
-        """What identifies the data (``vit_plugin.DataIdentityHook`` keeps it in checkpoints): the sample
-        count and, per shard, ``[name, bytes, samples]``."""
+        """The sample count and, per shard, ``[name, bytes, samples]`` (``vit_plugin.DataIdentityHook``)."""
         index = self._index
         counts = np.diff(index.shard_starts).tolist()  # shard_starts ends with the row count
         return {'samples': len(self), 'shards': [[name, int(found['size']), int(count)] for name, found, count
@@ -168,9 +142,8 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
 
     def prepare_data(self, idx: int):
         """The record of sample ``idx`` with its image's bytes (``img_bytes``), through the pipeline."""
+        record = self.get_data_info(idx)
         row = self.row_of(idx)
-        record = self._record(row)
-        record['sample_idx'] = int(idx) % len(self)
         index = self._index
         shard = index.shard_of(row)
         try:
@@ -190,13 +163,12 @@ class TarShardDataset(IndexedRecordsMixin, BaseDataset):
         return self._index.path
 
     def extra_repr(self):
-        return [f'Shards: {self.shard_root} ({self.layout})', f'Labels: {self.rule.source}'
+        return [f'Shards: {self.data_root} ({self.layout})', f'Labels: {self.rule.source}'
                 + (f' in {self.label_space}' if self.label_space else '')]
 
 
 def _listed_synsets(space: Optional[str]):
-    """The synsets of a label space that has a list; None for one defined by the data (winter21) that
-    this process has not seen yet, or without a space."""
+    """The synsets of a label space with a list; None without a space, or for one the data defines (winter21)."""
     if not space:
         return None
     try:
@@ -207,19 +179,8 @@ def _listed_synsets(space: Optional[str]):
         raise
 
 
-def _check_range(index: TarShardIndex, labels: np.ndarray, num_classes: int) -> None:
-    """Every label in ``[0, num_classes)``, or an error naming the first sample outside."""
-    if not len(labels) or (int(labels.min()) >= 0 and int(labels.max()) < num_classes):
-        return
-    row = int(np.argmax((labels < 0) | (labels >= num_classes)))
-    raise TarIndexError(f'{index.location(row)}: label {int(labels[row])} is outside [0, {num_classes}) (the '
-                        f'largest is {int(labels.max())}). Set num_classes (dataset, data preprocessor, head) '
-                        f'to the classes of these labels, or check the label source.')
-
-
 def _check_loader(pipeline) -> None:
-    """The pipeline's image loader must read ``img_bytes``: mmcv's ``LoadImageFromFile`` (and the loaders
-    built on it) would look for a file named ``<shard>:<member>``."""
+    """Refuse mmcv's file loaders, which would look for a file named ``<shard>:<member>``."""
     for transform in getattr(pipeline, 'transforms', []):
         if isinstance(transform, (LoadAndInceptionCrop, LoadImageFromFile)):
             return

@@ -1,6 +1,6 @@
 """A read or decode fault that stops a run leaves the checkpoint of the last completed iteration.
 
-A sample that cannot be read (:class:`~vit_plugin.datasets.shard_files.ShardReadError`, e.g.
+A sample that cannot be read (:class:`~vit_plugin.datasets.shards.ShardReadError`, e.g.
 ``SampleReadError`` after the retries) or decoded (:class:`~vit_plugin.datasets.decode.ImageDecodeError`
 without ``vit_plugin.SkipBadSamples``) surfaces in the training loop when it draws the batch
 (data-loader workers re-raise it in the training process). ``vit_plugin.IterBasedTrainLoop`` then stops
