@@ -1,33 +1,5 @@
-"""The one home of vit_plugin's process-level effects: each installed when what needs it starts, and
-undone when it ends, where undoing has a meaning.
-
-Nothing here happens at import (``import vit_plugin`` only registers: see its docstring and
-docs/development.md#what-importing-does). The effects and their owners:
-
-=========================  ===============================================  ================================
-Effect                     Installed                                        Undone
-=========================  ===============================================  ================================
-Signal handlers            :class:`SignalHandlers`: ``PreemptionHook``'s    ``restore()``: the run's end
-                           SIGTERM/SIGUSR1 handlers, at ``before_run``      (``after_run``, or the runner
-                                                                            when the run fails)
-Data-loader worker shield  :class:`WorkerShield`: from ``PreemptionHook``'s ``release()``, with the handlers;
-                           construction (iteration loops fork their         the at-fork hook goes with the
-                           workers before ``before_run``)                   last shield
-At-fork hooks              :func:`install_fork_hook`: the worker shield;    :func:`remove_fork_hook`; the
-                           the shard reader's file systems, when the first  reader's stays while the process
-                           remote shard is opened                           holds its file systems
-``gc.freeze``              :func:`frozen_heap`, around the tar index's      the end of the build
-                           parallel build
-Helper process signals     :func:`default_stop_signals`, initializer of     the helper's exit
-                           the index build's forked workers
-torch's worker signal      ``compat.torch.wrap_worker_signal_handlers``,    the worker's exit
-set-up                     from the shield's hook, in a forked child only
-Process group and its      :func:`join_gloo_group`, when a multi-process    :func:`release_process_group`,
-environment variables      run without GPUs starts (the run plan says so;   when the tool's run is over
-                           ``vit_plugin.engine.runner.start_process``)
-=========================  ===============================================  ================================
-
-stdout and stderr are never replaced.
+"""The one home of vit_plugin's process-level effects, each installed when what needs it starts and undone
+when it ends; nothing happens at import. See docs/development.md#what-importing-does.
 """
 from .forks import fork_hooks, install_fork_hook, remove_fork_hook
 from .memory import frozen_heap
