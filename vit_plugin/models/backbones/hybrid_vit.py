@@ -87,7 +87,9 @@ class HybridViT(ViT):
         return x
 
     def init_weights(self):
-        """Official initialisation unless ``init_cfg`` loads weights (docs/backbone.md#r50vit-hybrid)."""
+        """Official initialisation unless ``init_cfg`` loads weights: the ViT part as :meth:`ViT.init_weights`,
+        ResNet convs LeCun-normal, GroupNorms (1, 0) except each bottleneck's last (scale 0).
+        """
         super().init_weights()
         if self.init_cfg is not None:
             return
