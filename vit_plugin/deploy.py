@@ -1,7 +1,6 @@
-"""Fast CPU inference: ``torch.compile`` with Inductor's weight freezing.
+"""Fast CPU inference with Inductor's weight freezing.
 
-See docs/benchmarks.md#fastest-cpu-inference-compiled-with-frozen-weights.
-"""
+See docs/benchmarks.md#fastest-cpu-inference-compiled-with-frozen-weights."""
 from typing import Any
 
 import torch
@@ -11,14 +10,8 @@ from vit_plugin.compat import torch as torch_compat
 
 
 class FrozenInference(nn.Module):
-    """An eval-mode model compiled with Inductor freezing; calls run without autograd.
-
-    A call raises RuntimeError once a parameter or buffer was written to, or the model left eval mode.
-
-    Args:
-        model (nn.Module): The model; call the wrapper as you would call it.
-        **compile_kwargs: Passed on to ``torch.compile``.
-    """
+    """An eval-mode model compiled with Inductor freezing, called without autograd; a call raises RuntimeError
+    once a parameter or buffer was written to or the model left eval mode."""
 
     def __init__(self, model: nn.Module, **compile_kwargs):
         super().__init__()
@@ -54,18 +47,5 @@ class FrozenInference(nn.Module):
 
 
 def compile_for_inference(model: nn.Module, **compile_kwargs) -> FrozenInference:
-    """``torch.compile`` ``model`` for inference with frozen, pre-packed weights.
-
-    Example::
-
-        >>> fast = compile_for_inference(model)  # compiles at the first call
-        >>> logits = fast(images)
-
-    Args:
-        model (nn.Module): The model to run.
-        **compile_kwargs: Passed on to ``torch.compile``.
-
-    Returns:
-        FrozenInference: Call it like the model.
-    """
+    """``torch.compile`` ``model`` (``compile_kwargs`` passed on) with frozen weights -> :class:`FrozenInference`."""
     return FrozenInference(model, **compile_kwargs)

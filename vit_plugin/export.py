@@ -1,9 +1,6 @@
-"""Export a classifier or a ViT backbone to ONNX (and ``torch.export``), checked against PyTorch.
+"""ONNX and ``torch.export`` export, checked against PyTorch.
 
-The graph takes RGB float32 pixels in 0..255, (batch, 3, H, W), dynamic batch, fixed resolution,
-normalisation inside; outputs ``logits`` (batch, classes) or ``tokens`` (batch, N, D). See
-docs/inference.md#export-to-onnx-toolsdeploymentexport_onnxpy.
-"""
+See docs/inference.md#export-to-onnx-toolsdeploymentexport_onnxpy."""
 import json
 import os
 import os.path as osp
@@ -19,15 +16,7 @@ from vit_plugin.models.input_norm import preprocessor_norm
 
 
 class ExportWrapper(nn.Module):
-    """``(x - mean) / std`` on 0..255 RGB pixels, then the model.
-
-    Args:
-        model (nn.Module): An mmpretrain ``ImageClassifier`` (``part='classifier'``: logits) or anything
-            with a ViT ``backbone`` (``part='backbone'``: ``backbone.forward_features``).
-        mean (sequence[float]): Per-channel mean in 0..255 units (RGB).
-        std (sequence[float]): Per-channel std in 0..255 units.
-        part (str): 'classifier' or 'backbone'. Defaults to 'classifier'.
-    """
+    """``(x - mean) / std`` on 0..255 RGB pixels, then ``part`` 'classifier' (logits) or 'backbone' (tokens)."""
 
     def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float], part: str = 'classifier'):
         super().__init__()
@@ -51,15 +40,7 @@ def build_model(cfg, checkpoint: Optional[str], backbone_only: bool = False,
                 option: str = '--backbone-only') -> nn.Module:
     """The model of ``cfg`` in eval mode on the CPU, ``checkpoint`` loaded strictly (None: initialisation).
 
-    Args:
-        cfg (Config): The config.
-        checkpoint (str, optional): The weights.
-        backbone_only (bool): Load only the backbone's weights, on purpose. Defaults to False.
-        option (str): The caller's name for ``backbone_only``, for the error message.
-
-    Raises:
-        CheckpointMismatchError: The checkpoint does not fit the config's model.
-    """
+    Raises CheckpointMismatchError when the checkpoint does not fit the config's model."""
     from mmpretrain.apis import get_model
 
     model = get_model(cfg, pretrained=False, device='cpu')
@@ -105,14 +86,9 @@ def onnx_parity(onnx_path: str, wrapper: nn.Module, img_size: Tuple[int, int],
 
 def export_onnx(wrapper: ExportWrapper, dst: str, img_size: Tuple[int, int], opset: int = 17,
                 atol: float = 1e-4, metadata: Optional[Dict[str, str]] = None) -> Dict[int, float]:
-    """Export ``wrapper`` to ``dst`` (dynamic batch); write it only once ONNX Runtime matches PyTorch.
+    """Write ``wrapper`` as ONNX to ``dst`` once ONNX Runtime matches PyTorch; returns batch -> max difference.
 
-    Returns:
-        dict: batch size -> largest absolute difference to PyTorch.
-
-    Raises:
-        RuntimeError: ONNX Runtime's outputs differ by more than ``atol`` (no file is written).
-    """
+    Raises RuntimeError, writing nothing, when the outputs differ by more than ``atol``."""
     import onnx
     output = 'logits' if wrapper.part == 'classifier' else 'tokens'
     directory = osp.dirname(osp.abspath(dst))
@@ -147,11 +123,7 @@ def export_onnx(wrapper: ExportWrapper, dst: str, img_size: Tuple[int, int], ops
 
 
 def export_program(wrapper: nn.Module, dst: str, img_size: Tuple[int, int], max_batch: int = 1024):
-    """``torch.export`` the wrapper with a dynamic batch and save the program (``.pt2``).
-
-    Returns:
-        float: Largest |exported - eager| on a batch of 3.
-    """
+    """``torch.export`` the wrapper (dynamic batch) and save it (``.pt2``); returns max |exported - eager|."""
     from torch.export import Dim
     batch = Dim('batch', min=1, max=max_batch)
     program = torch.export.export(wrapper, (sample_images(2, img_size), ), dynamic_shapes=({0: batch}, ))

@@ -1,7 +1,4 @@
-"""mmpretrain's and mmdet's inferencers with checked inputs: the checkpoint must fit, the images must be whole.
-
-Checkpoints load strictly; images decode as the training loaders decode them. See docs/inference.md.
-"""
+"""mmpretrain's and mmdet's inferencers, checkpoints loaded strictly, images decoded whole (docs/inference.md)."""
 import copy
 from typing import Optional
 
@@ -29,16 +26,8 @@ def read_image(path: str, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.
 
 
 class CheckedImageClassificationInferencer(ImageClassificationInferencer):
-    """mmpretrain's ``ImageClassificationInferencer`` decoding files with ``decode_image``.
-
-    Arrays are used as given (BGR). Build it with :func:`build_classification_inferencer`.
-
-    Args:
-        model: As for mmpretrain's class.
-        max_pixels (int, optional): Largest accepted image (height x width). Defaults to
-            :data:`~vit_plugin.datasets.decode.DEFAULT_MAX_PIXELS`.
-        **kwargs: As for mmpretrain's class.
-    """
+    """mmpretrain's ``ImageClassificationInferencer`` decoding files with ``decode_image`` (arrays: BGR as given),
+    ``max_pixels`` bounding height x width; build it with :func:`build_classification_inferencer`."""
 
     def __init__(self, model, *args, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS, **kwargs):
         self.max_pixels = max_pixels
@@ -66,9 +55,7 @@ def build_classification_inferencer(cfg, checkpoint: str, device: str = 'cpu', b
                                     ) -> CheckedImageClassificationInferencer:
     """A classification inferencer for ``cfg`` with ``checkpoint`` loaded strictly.
 
-    Raises:
-        CheckpointMismatchError: The checkpoint does not fit the config's model.
-    """
+    Raises CheckpointMismatchError when the checkpoint does not fit the config's model."""
     model = get_model(cfg, pretrained=False, device='cpu')
     loaded = load_checkpoint_strict(model, checkpoint, backbone_only=backbone_only)
     classes = None if backbone_only else checkpoint_classes(loaded)  # another head's names otherwise
@@ -88,16 +75,8 @@ except ModuleNotFoundError as err:
 if DetInferencer is not None:
 
     class CheckedDetInferencer(DetInferencer):
-        """mmdet's ``DetInferencer`` with the checkpoint loaded strictly and image files decoded by
-        :func:`vit_plugin.datasets.decode.decode_image`, for the model and for the drawings.
-
-        Args:
-            model, weights, device, **kwargs: As for mmdet's class (``weights``: the checkpoint).
-            backbone_only (bool): Load only the backbone's weights of ``weights``, on purpose.
-                Defaults to False.
-            max_pixels (int, optional): Largest accepted image. Defaults to
-                :data:`~vit_plugin.datasets.decode.DEFAULT_MAX_PIXELS`.
-        """
+        """mmdet's ``DetInferencer``, ``weights`` loaded strictly (``backbone_only``: the backbone's only), files
+        decoded by ``decode_image``, ``max_pixels`` bounding height x width."""
 
         def __init__(self, model, weights: Optional[str] = None, device: Optional[str] = None, *,
                      backbone_only: bool = False, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS, **kwargs):

@@ -1,8 +1,4 @@
-"""Label spaces: which class each label index of an ImageNet head or data set means.
-
-Spaces ``'fall11'``, ``'google21k'``, ``'winter21'`` (built from data) and ``'imagenet1k'``, with
-aliases; lists read from the installed timm wheel. See docs/checkpoints.md#label-spaces.
-"""
+"""Label spaces: what each label index of an ImageNet head or data set means (docs/checkpoints.md#label-spaces)."""
 import csv
 import functools
 import importlib.resources
@@ -57,11 +53,7 @@ def _registered_name(name: str) -> str:
 
 
 def canonical_name(space: str) -> str:
-    """The canonical name of ``space`` (a name or an alias, e.g. 'in22k' -> 'fall11').
-
-    Raises:
-        LabelSpaceError: No such space.
-    """
+    """The canonical name of ``space``, a name or an alias ('in22k' -> 'fall11'); LabelSpaceError if none."""
     if not isinstance(space, str):
         raise LabelSpaceError(f'a label space is named by a string, got {space!r}')
     key = _key(space)
@@ -102,12 +94,8 @@ def _file_synsets(space: str) -> Tuple[str, ...]:
 
 
 def synsets(space: str) -> Tuple[str, ...]:
-    """The WordNet ids of ``space`` in label order: label ``i`` is ``synsets(space)[i]``.
-
-    Raises:
-        LabelSpaceError: Unknown space, or ``'winter21'`` before it was built from the data.
-        ModuleNotFoundError: The space's list comes from timm, which is not installed.
-    """
+    """The WordNet ids of ``space`` in label order; raises LabelSpaceError (unknown, or ``'winter21'`` not yet
+    built) or ModuleNotFoundError (the list comes from timm, not installed)."""
     name = canonical_name(space)
     if name in _REGISTERED:
         return _REGISTERED[name]
@@ -176,29 +164,13 @@ def _index_map(src: str, dst: str) -> np.ndarray:
 
 
 def index_map(src: str, dst: str) -> np.ndarray:
-    """For each label of ``src``, the label of the same synset in ``dst``, or -1 where ``dst`` lacks it.
-
-    Returns:
-        np.ndarray: int64, shape ``(num_classes(src),)``, read-only (cached).
-    """
+    """int64 (``num_classes(src)``,) read-only: each label's label in ``dst``, -1 where ``dst`` lacks it."""
     return _index_map(canonical_name(src), canonical_name(dst))
 
 
 def remap_labels(labels, src: str, dst: str, allow_missing: bool = False) -> np.ndarray:
-    """Labels of ``src`` as the labels of the same synsets in ``dst`` (any shape).
-
-    Args:
-        labels (array-like of int): Labels of ``src``.
-        src (str): Their label space.
-        dst (str): The label space to express them in.
-        allow_missing (bool): Map a label without counterpart to -1 instead of raising.
-
-    Returns:
-        np.ndarray: int64, the shape of ``labels``.
-
-    Raises:
-        LabelSpaceError: A label outside ``src``, or (without ``allow_missing``) one without counterpart.
-    """
+    """Labels of ``src`` (any shape) as int64 labels of the same synsets in ``dst``; raises LabelSpaceError for
+    a label outside ``src``, or one without counterpart unless ``allow_missing`` (-1)."""
     labels = np.asarray(labels)
     if labels.size and not np.issubdtype(labels.dtype, np.integer):
         raise LabelSpaceError(f'labels must be integers, got dtype {labels.dtype}')
@@ -223,23 +195,10 @@ def remap_labels(labels, src: str, dst: str, allow_missing: bool = False) -> np.
 
 def label_space_from_synsets(found: Iterable[str], name: str = 'winter21',
                              expected: Optional[int] = None) -> Tuple[str, ...]:
-    """Register the space of the sorted distinct synsets ``found`` in a data set, under ``name``.
+    """Register, under ``name``, the space of the sorted distinct synsets ``found``; returns it (idempotent).
 
-    Registering the same synsets again is a no-op.
-
-    Args:
-        found (iterable of str): Synsets seen in the data, repeats allowed.
-        name (str): The space's name. Defaults to 'winter21'.
-        expected (int, optional): The count the data must give; default 19,167 for ``'winter21'``, no
-            check for a new name; 0 skips the check.
-
-    Returns:
-        tuple[str]: The space's synsets in label order.
-
-    Raises:
-        LabelSpaceError: A string that is no WordNet id, a count other than ``expected``, or a name
-            taken by another list.
-    """
+    ``expected``: the count required (default 19,167 for ``'winter21'``, none for other names; 0: no check).
+    Raises LabelSpaceError: no WordNet id, another count than ``expected``, or a name taken by another list."""
     canonical = _registered_name(name)
     builtin = BUILTIN_SPACES.get(canonical)
     if builtin is not None and builtin.file is not None:
@@ -274,9 +233,7 @@ def clear_cache() -> None:
 def forget_label_space(name: str) -> None:
     """Remove a space registered by :func:`label_space_from_synsets`, with its caches.
 
-    Raises:
-        LabelSpaceError: No space of that name was registered (built-ins cannot be removed).
-    """
+    Raises LabelSpaceError if no such space was registered (built-ins cannot be removed)."""
     canonical = _registered_name(name)
     if canonical not in _REGISTERED:
         raise LabelSpaceError(f'no label space {name!r} was registered from data; nothing to forget')

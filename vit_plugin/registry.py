@@ -1,7 +1,6 @@
-"""Registries of the ``vit_plugin`` scope, each a direct child of mmengine's root registry.
+"""Registries of the ``vit_plugin`` scope, children of mmengine's root; configs name ``vit_plugin.X``.
 
-Configs keep the host's ``default_scope`` and name our components ``vit_plugin.X`` (docs/configs.md).
-"""
+See docs/configs.md."""
 from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import FUNCTIONS as MMENGINE_FUNCTIONS

@@ -1,7 +1,4 @@
-"""Which of the two supported stacks this environment holds, and what the first import needs from it.
-
-Standard library only. See docs/installation.md#two-stacks.
-"""
+"""Which of the two stacks this environment holds (standard library only; docs/installation.md#two-stacks)."""
 import importlib
 import importlib.metadata
 import importlib.util
@@ -73,11 +70,7 @@ def _version_key(version):
 
 
 def describe_gpu_access(gpus=None):
-    """One line on whether torch can use this host's NVIDIA GPUs, or None when there are none.
-
-    Args:
-        gpus: ``[(name, driver version)]``; default: what ``nvidia-smi`` lists.
-    """
+    """One line on whether torch can use the NVIDIA ``gpus`` (default: ``nvidia-smi``'s), or None if none."""
     import torch
     gpus = _nvidia_smi_gpus() if gpus is None else gpus
     if not gpus:

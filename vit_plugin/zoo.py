@@ -1,8 +1,4 @@
-"""The paper's released models by name: ``get_model('vit-base-p16_in21k-pre_orig_in1k-384px', pretrained=True)``.
-
-:data:`RELEASED` is the table; importing ``vit_plugin`` also puts every entry into mmpretrain's model
-index. See docs/model_zoo.md.
-"""
+"""The paper's released models by name (:data:`RELEASED`), also in mmpretrain's model index (docs/model_zoo.md)."""
 import copy
 import difflib
 import fnmatch
@@ -49,27 +45,20 @@ class UnknownModelError(ValueError):
 
 @dataclass(frozen=True)
 class ReleasedModel:
-    """One released checkpoint: what it is, where its weights live, how it was reported.
+    """One released checkpoint (docs/model_zoo.md#a-model-of-your-own).
 
     Attributes:
         name (str): Canonical name (mmpretrain's scheme ``{model}_{pre-training}-pre_{source}_{data}``).
-        arch (str | dict): ``'b'``, ``'l'``, ``'h'`` or a dict of sizes (see ``vit_plugin.ViT``).
-        patch_size (int): Patch size (1 for the hybrid).
-        img_size (int): The resolution it was trained and is evaluated at.
-        weights (str): Where :func:`get_model` reads the weights: ``hf-hub:<org>/<name>`` or a path.
-        num_classes (int): Classes of its classifier; 0 for a backbone without one.
-        classes (str, optional): Label space of the outputs; None for a backbone.
-        data (tuple[str]): The data it was trained on, in order.
-        official_npz (str, optional): The official JAX file in the ``gs://vit_models`` bucket.
+        arch, patch_size, img_size: As ``vit_plugin.ViT`` takes them; ``img_size`` is trained and evaluated at.
+        weights (str): What :func:`get_model` loads: ``hf-hub:<org>/<name>`` or a path.
+        num_classes (int): Classes of its classifier; 0 for a backbone. ``classes``: its label space or None.
+        data, official_npz: The data it was trained on, in order; the official JAX file (``gs://vit_models``).
         aliases (tuple[str]): timm's names of the same weights, and the hub id.
         resnet_layers (tuple[int], optional): ResNet units per stage of the hybrid; None: plain ViT.
-        paper_top1 (float, optional): The paper's ImageNet top-1 for these weights, if it gives one.
-        paper_source (str): Where in the paper ``paper_top1`` is reported, or why there is none.
-        recipe (str, optional): The config under ``configs/`` that trains this model.
-        test_dataset (dict, optional): What ``tools/test.py NAME`` evaluates on; default: the
-            evaluation split of ``classes`` (:data:`TEST_DATASETS`).
-        numerics (dict): Backbone keywords declaring the numerics of :attr:`weights`
-            (:data:`HF_PORT_NUMERICS`). Defaults to {}.
+        paper_top1, paper_source: The paper's ImageNet top-1, if any, and where (or why none).
+        recipe, test_dataset: The config under ``configs/`` that trains it; what ``tools/test.py NAME``
+            evaluates on (:data:`TEST_DATASETS`).
+        numerics (dict): Backbone keywords declaring the numerics of ``weights`` (:data:`HF_PORT_NUMERICS`).
     """
     name: str
     arch: Union[str, Mapping[str, int]]
@@ -109,14 +98,8 @@ class ReleasedModel:
         return dict(type='ImageClassifier', backbone=backbone, neck=None, head=head)
 
     def config(self, loader: str = 'LoadImageFromFile') -> Config:
-        """A complete mmpretrain config: model, [-1, 1] input normalisation, evaluation at :attr:`img_size`.
-
-        Weights are not part of it (``load_from`` is unset).
-
-        Args:
-            loader (str): The pipeline's image loader. Defaults to mmcv's plain name (the inferencers
-                replace it); ``tools/test.py`` passes ``'vit_plugin.LoadImageFromFile'``.
-        """
+        """A complete mmpretrain config, no weights: model, [-1, 1] input norm, evaluation at :attr:`img_size`;
+        ``loader`` is the pipeline's image loader (``tools/test.py`` passes ``'vit_plugin.LoadImageFromFile'``)."""
         dataset = dict(self.test_dataset or TEST_DATASETS.get(self.classes) or TEST_DATASETS['imagenet1k'])
         pipeline = [dict(type=loader), dict(type='Resize', scale=(self.img_size, self.img_size)),
                     dict(type='PackInputs')]
@@ -203,11 +186,7 @@ def _lookup_keys(model: ReleasedModel) -> List[str]:
 
 
 def register_model(model: ReleasedModel) -> ReleasedModel:
-    """Add ``model`` to the table and to mmpretrain's model index (idempotent).
-
-    Raises:
-        ValueError: Its name, an alias or its hub id already names another model.
-    """
+    """Add ``model`` to the table and mmpretrain's index (idempotent); ValueError if a name of it is taken."""
     for key in _lookup_keys(model):
         taken = _ALIASES.get(key)
         if taken is not None and RELEASED[taken] != model:
@@ -219,11 +198,8 @@ def register_model(model: ReleasedModel) -> ReleasedModel:
 
 
 def find_model(name: str) -> ReleasedModel:
-    """The entry of ``name`` (canonical, a timm name or a hub id, any case; ``hf-hub:`` allowed).
-
-    Raises:
-        UnknownModelError: No such model; the message names the closest names.
-    """
+    """The entry of ``name`` (canonical, timm name or hub id, any case, ``hf-hub:`` allowed); raises
+    UnknownModelError naming the closest names."""
     key = name[len(HUB_PREFIX):] if name.startswith(HUB_PREFIX) else name
     found = _ALIASES.get(key.lower())
     if found is None:
@@ -237,14 +213,8 @@ def find_model(name: str) -> ReleasedModel:
 
 def list_models(pattern: Optional[str] = None, exclude_patterns: Sequence[str] = (),
                 task: Optional[str] = None) -> List[str]:
-    """Canonical names of the released models, sorted, filtered as ``mmpretrain.list_models`` does.
-
-    Args:
-        pattern (str, optional): ``fnmatch`` pattern, case-insensitive, matching a name's start; timm
-            names and hub ids match their model too. Defaults to None: all.
-        exclude_patterns (sequence[str]): Patterns whose models are left out.
-        task (str, optional): ``'Image Classification'`` for classifiers, ``'null'`` for backbones.
-    """
+    """Sorted canonical names, filtered as ``mmpretrain.list_models`` does (timm names and hub ids match too);
+    ``task`` 'Image Classification' for classifiers, 'null' for backbones."""
     def matches(model: ReleasedModel, patterns: Sequence[str]) -> bool:
         return any(fnmatch.fnmatch(key, p.lower() + '*') for p in patterns for key in _lookup_keys(model))
 
@@ -263,7 +233,7 @@ def get_config(name: str) -> Config:
 
 def get_model(name: str, pretrained: Union[bool, str] = False, device: Optional[str] = None,
               backbone_only: bool = False, **kwargs):
-    """Build a released model by name and load its weights strictly. See docs/model_zoo.md.
+    """Build a released model by name and load its weights strictly (docs/model_zoo.md).
 
     Args:
         name (str): A name of :func:`list_models`, a timm name of the same weights, or the hub id.

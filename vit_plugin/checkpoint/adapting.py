@@ -6,19 +6,11 @@ import torch
 
 
 class AdaptsIncomingWeights(abc.ABC):
-    """A module that adapts the weights it is given as they load (e.g. ``LabelSpaceClsHead``).
-
-    Call :meth:`adapt_incoming_weights` from the module's load-state-dict pre-hook; the strict loader
-    calls it before comparing shapes. A second call changes nothing.
-    """
+    """A module adapting the weights it is given as they load; its pre-hook and the strict loader call
+    :meth:`adapt_incoming_weights` (idempotent)."""
 
     @abc.abstractmethod
     def adapt_incoming_weights(self, state_dict: Dict[str, torch.Tensor], prefix: str) -> List[str]:
-        """Adapt the ``prefix`` part of ``state_dict`` to this module, in place.
+        """Adapt the ``prefix`` part of ``state_dict`` in place; returns the messages logged.
 
-        Returns:
-            list[str]: One message per change made (already logged).
-
-        Raises:
-            ValueError: Weights this module cannot take, with what to set.
-        """
+        Raises ValueError for weights this module cannot take, with what to set."""

@@ -1,8 +1,6 @@
-"""What a checkpoint file is, told by its first bytes, and the safetensors format read and written.
+"""A checkpoint file's format told by its first bytes, and safetensors with our ``meta`` under :data:`META_KEY`.
 
-Our ``meta`` travels in safetensors' metadata as JSON under :data:`META_KEY`. See
-docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
-"""
+See docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub."""
 import json
 import os
 import os.path as osp
@@ -68,12 +66,8 @@ def _safetensors_header(filename: str, size: int) -> Dict[str, Any]:
 
 
 def sniff_checkpoint(filename: str) -> str:
-    """The format of a checkpoint file from its content: 'safetensors', 'torch' or 'npz'.
-
-    Raises:
-        FileNotFoundError: No such file.
-        CheckpointFormatError: No accepted format, or a truncated safetensors file.
-    """
+    """'safetensors', 'torch' or 'npz', from the file's content; raises FileNotFoundError, or
+    CheckpointFormatError (no accepted format, a truncated safetensors file)."""
     if not osp.isfile(filename):
         raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
     size = osp.getsize(filename)
@@ -99,12 +93,8 @@ def sniff_checkpoint(filename: str) -> str:
 
 
 def read_safetensors(filename: str, map_location: Any = 'cpu') -> Dict[str, Any]:
-    """The tensors of a safetensors file; with our ``meta`` as ``{'state_dict': ..., 'meta': ...}``.
-
-    Args:
-        filename (str): A safetensors file.
-        map_location: A device; anything else (e.g. a function) loads to the CPU. Defaults to 'cpu'.
-    """
+    """The tensors of a safetensors file, as ``{'state_dict', 'meta'}`` with our ``meta``; ``map_location``:
+    a device, anything else loads to the CPU."""
     from safetensors import safe_open  # a dependency of timm and transformers; safe_open never runs code
     device = str(map_location) if isinstance(map_location, (str, torch.device)) else 'cpu'
     with safe_open(filename, framework='pt', device=device) as f:
@@ -149,11 +139,8 @@ def _json_default(value):
 
 
 def folder_weights(folder: str) -> Tuple[str, Optional[str]]:
-    """(weights file, ``config.json`` or None) of a model folder such as a Hugging Face snapshot.
-
-    Raises:
-        CheckpointFormatError: The folder holds none of :data:`FOLDER_WEIGHTS`.
-    """
+    """(weights file, ``config.json`` or None) of a model folder; raises CheckpointFormatError without
+    :data:`FOLDER_WEIGHTS`."""
     for name in FOLDER_WEIGHTS:
         path = osp.join(folder, name)
         if osp.isfile(path):

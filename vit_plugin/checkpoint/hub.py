@@ -1,7 +1,4 @@
-"""``hf-hub:<org>/<name>[@revision]`` checkpoint paths, resolved through ``huggingface_hub``.
-
-Cache location and offline mode are read from the environment at each resolution.
-"""
+"""``hf-hub:<org>/<name>[@revision]`` paths through ``huggingface_hub``, cache and offline mode read at each call."""
 import os
 import os.path as osp
 from typing import Optional, Tuple
@@ -41,12 +38,10 @@ def hub_offline() -> bool:
 
 
 def resolve_hub_checkpoint(path: str) -> str:
-    """The local snapshot folder holding the weights (safetensors first) of ``hf-hub:<org>/<name>``.
+    """The local snapshot folder with the weights (safetensors first) of ``hf-hub:<org>/<name>``.
 
-    Raises:
-        HubCheckpointError: ``huggingface_hub`` missing, repository or revision not found, no weights
-            in it, or offline without the files in the cache.
-    """
+    Raises HubCheckpointError: ``huggingface_hub`` missing, repository, revision or weights not found, or
+    offline without the files in the cache."""
     repo_id, revision = parse_hub_path(path)
     try:  # optional dependency: only hub paths need it
         from huggingface_hub import hf_hub_download

@@ -75,12 +75,7 @@ def mmpretrain_to_ours_key(key: str) -> Optional[str]:
 
 
 def ours_to_mmpretrain_key(key: str, swiglu: bool = False) -> Optional[str]:
-    """mmpretrain's name for one of our backbone-relative keys (None if it has none).
-
-    Args:
-        key (str): Our key.
-        swiglu (bool): The key's block has a SwiGLU MLP (``ffn.w12``/``ffn.w3``). Defaults to False.
-    """
+    """mmpretrain's name of our backbone-relative ``key`` (``swiglu``: a SwiGLU block's), or None."""
     if not OURS_KEY_RE.match(key):
         return None
     return (swiglu and _rename(key, _TO_MMPRETRAIN_SWIGLU)) or _rename(key, _TO_MMPRETRAIN)

@@ -1,10 +1,7 @@
-"""What a ViT state dict may carry besides weights: the recorded fields, encoded as tensors.
+"""A ViT state dict's records besides weights, as tensors; imports nothing from the package.
 
-Imports nothing from the package. Fields (backbone-relative): :data:`MODE_KEY` (position-table resize
-mode), :data:`GELU_KEY` (tanh GELU), :data:`NORM_KEY` ((2, 3) ``[mean, std]`` in 0..255 units),
-:data:`NORM_EPS_KEY` (LayerNorm eps, float64). Integer codes index frozen tables here. See
-docs/checkpoints.md#numerics-records.
-"""
+Backbone-relative :data:`MODE_KEY`, :data:`GELU_KEY`, :data:`NORM_KEY` ((2, 3) mean/std, 0..255),
+:data:`NORM_EPS_KEY` (float64); integer codes index frozen tables (docs/checkpoints.md#numerics-records)."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -102,19 +99,8 @@ def decode_norm_eps(value, key: str = NORM_EPS_KEY) -> float:
 def resize_mode_for(state_dict: Dict[str, torch.Tensor], prefix: str, fallback: str,
                     override: Optional[str] = None, consume: bool = False,
                     fallback_name: str = 'the default') -> Tuple[str, str]:
-    """The position-embedding resize for a state dict: ``override``, else the record, else ``fallback``.
-
-    Args:
-        state_dict (dict): Incoming weights.
-        prefix (str): Key prefix of the backbone in ``state_dict``.
-        fallback (str): Mode when nothing else decides.
-        override (str, optional): Mode chosen explicitly by the caller.
-        consume (bool): Remove the recorded key (a model consumes it). Defaults to False.
-        fallback_name (str): What ``fallback`` is, for log lines.
-
-    Returns:
-        tuple[str, str]: (mode, where it came from, for log lines).
-    """
+    """(position-table resize mode, its source for log lines): ``override``, else the record (removed if
+    ``consume``), else ``fallback`` (called ``fallback_name``)."""
     key = prefix + MODE_KEY
     recorded = state_dict.pop(key, None) if consume else state_dict.get(key)
     if override is not None:

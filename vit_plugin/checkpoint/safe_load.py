@@ -1,8 +1,5 @@
-"""Loading checkpoints without executing code from them, on torch >= 2.6.
-
-Importing ``vit_plugin`` calls :func:`install`, which makes mmengine read local and http(s)
-checkpoints through these loaders for the whole process. See docs/installation.md#checkpoints-are-loaded-safely.
-"""
+"""Loading checkpoints without executing code from them; :func:`install` (run by ``import vit_plugin``)
+routes mmengine's local and http(s) loads here (docs/installation.md#checkpoints-are-loaded-safely)."""
 import hashlib
 import os
 import os.path as osp
@@ -68,11 +65,7 @@ def trusted_paths():
 
 
 def safe_torch_load(filename: str, map_location: Any = 'cpu') -> Any:
-    """``torch.load`` that never runs code from the file (unless the user trusts that file).
-
-    Args:
-        filename (str): Local path.
-        map_location: As for :func:`torch.load`. Defaults to 'cpu'.
+    """``torch.load`` that never runs code from the file, unless the user trusts that file.
 
     Raises:
         FileNotFoundError: The file does not exist.
@@ -126,13 +119,9 @@ def register_state_dict_adapter(adapter: Callable[[Any, str, Optional[str]], Any
 
 
 def read_checkpoint_file(filename: str, map_location: Optional[Any] = None) -> Any:
-    """A local checkpoint file or model folder, as stored (no adapter), its format told by content.
+    """A local checkpoint file or model folder as stored (no adapter), its format told by content.
 
-    Raises:
-        FileNotFoundError: No such file or folder.
-        CheckpointFileError: Not a checkpoint in an accepted format, or truncated.
-        UnsafeCheckpointError: A PyTorch file that pickles code.
-    """
+    Raises FileNotFoundError, CheckpointFileError (no accepted format, truncated), UnsafeCheckpointError."""
     filename = osp.expanduser(filename)
     if osp.isdir(filename):
         try:
@@ -215,10 +204,7 @@ def _download(url: str, cached: str, progress: bool) -> None:
 
 
 def load_url_checkpoint(url: str, map_location: Optional[Any] = None, model_dir: Optional[str] = None) -> Any:
-    """mmengine loader for http(s) URLs: download once (hash prefix checked), then load like a file.
-
-    In a distributed run local rank 0 downloads while the others wait.
-    """
+    """mmengine's http(s) loader: download once (hash prefix checked; local rank 0 while others wait), load."""
     cached = url_cache_path(url, model_dir)
     rank, world_size = get_dist_info()
     local_rank = int(os.environ.get('LOCAL_RANK', rank))

@@ -1,8 +1,6 @@
-"""Loading a checkpoint for inference or export: every weight fits the config's model, or a clear error.
+"""Strict loading for inference and export: every weight fits the config's model, or a clear error.
 
-mmengine's ``load_checkpoint`` skips weights of another shape with a warning; these loaders refuse
-them. See docs/model_zoo.md and docs/inference.md.
-"""
+See docs/inference.md#run-a-trained-model-on-images-toolsinferpy."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -21,11 +19,8 @@ class CheckpointMismatchError(ValueError):
 
 
 def state_dict_of(checkpoint, filename: str) -> Dict[str, torch.Tensor]:
-    """The tensors of a loaded checkpoint (``state_dict``, ``model``, ``module`` or itself), DDP prefix removed.
-
-    Raises:
-        CheckpointMismatchError: No state dict of tensors in it.
-    """
+    """The tensors of a loaded checkpoint (``state_dict``, ``model``, ``module`` or itself), DDP prefix removed;
+    CheckpointMismatchError if none."""
     if isinstance(checkpoint, dict):
         for key in ('state_dict', 'model', 'module'):
             if isinstance(checkpoint.get(key), dict):
@@ -57,14 +52,9 @@ def _label_space_hint(key: str, theirs: Tuple[int, ...], ours: Tuple[int, ...]) 
 
 def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str, backbone_only: bool = False,
                    option: str = '--backbone-only') -> Dict[str, torch.Tensor]:
-    """Check that ``state`` fits ``model`` outside the backbone; return what to load.
+    """What of ``state`` to load into ``model``: bare backbones prefixed, adapters run, ``backbone_only`` kept.
 
-    A bare backbone file gets the ``backbone.`` prefix; ``backbone_only`` keeps the backbone only.
-    Modules that adapt incoming weights (:class:`AdaptsIncomingWeights`) do so first.
-
-    Raises:
-        CheckpointMismatchError: Naming the weights, both shapes and ``option``.
-    """
+    Raises CheckpointMismatchError naming the weights, both shapes and ``option``."""
     model_state = model.state_dict()
     if not any(k.startswith(BACKBONE_PREFIX) for k in state) and \
             any(BACKBONE_PREFIX + k in model_state for k in state):
@@ -108,11 +98,7 @@ def fit_state_dict(model: nn.Module, state: Dict[str, torch.Tensor], source: str
 
 def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], source: str,
                            backbone_only: bool = False) -> None:
-    """Load ``state`` through the modules' hooks; every weight must load with its shape.
-
-    Raises:
-        CheckpointMismatchError: A weight of another shape, a missing or an unexpected weight.
-    """
+    """Load ``state`` through the modules' hooks; CheckpointMismatchError unless every weight loads with its shape."""
     try:
         result = model.load_state_dict(state, strict=False)
     except (RuntimeError, ValueError) as err:  # size mismatches the loading hooks refuse or do not adapt
@@ -132,21 +118,10 @@ def load_state_dict_strict(model: nn.Module, state: Dict[str, torch.Tensor], sou
 
 def load_checkpoint_strict(model: nn.Module, filename: str, backbone_only: bool = False,
                            option: str = '--backbone-only', map_location='cpu') -> dict:
-    """Load ``filename`` (through the safe loader) into ``model``, refusing one that does not fit.
+    """Load ``filename`` safely into ``model`` and return the checkpoint (its ``meta``: class names ...).
 
-    Args:
-        model (nn.Module): The model built from the config.
-        filename (str): The checkpoint.
-        backbone_only (bool): Load only the backbone's weights, on purpose. Defaults to False.
-        option (str): How the caller spells ``backbone_only`` in messages. Defaults to '--backbone-only'.
-        map_location: Passed to the loader. Defaults to 'cpu'.
-
-    Returns:
-        dict: The loaded checkpoint (its ``meta`` holds e.g. the class names).
-
-    Raises:
-        CheckpointMismatchError: See :func:`fit_state_dict` and :func:`load_state_dict_strict`.
-    """
+    ``backbone_only`` loads the backbone only, on purpose (``option``: its spelling in messages).
+    Raises CheckpointMismatchError (:func:`fit_state_dict`, :func:`load_state_dict_strict`)."""
     from mmengine.runner.checkpoint import CheckpointLoader
     checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location)
     state = fit_state_dict(model, state_dict_of(checkpoint, filename), filename, backbone_only, option)

@@ -1,19 +1,11 @@
-"""Every use of a private name of a dependency, one module per dependency (tests/package/test_compat.py).
+"""Every use of a private name of a dependency, one module per dependency, each importing only its own.
 
-Each access says what it needs, why no public way serves and the versions checked. ``INHERITED`` lists
-private members our subclasses use through ``self``. The modules import only their dependency.
-"""
+Rules and the ``INHERITED`` lists: docs/development.md#layout (tests/package/test_compat.py)."""
 from typing import NamedTuple, Tuple
 
 
 class Inherited(NamedTuple):
-    """A private member of a dependency's class that our subclasses use.
-
-    Attributes:
-        owner (str): Where it is defined, ``module:Class`` (checked by the tests).
-        users (tuple): ``module:Qualname`` of the vit_plugin classes or factories that may name it.
-        why (str): What it is needed for and why no public member serves.
-    """
+    """A private member of ``owner`` (``module:Class``) that ``users`` (``module:Qualname``) use, and ``why``."""
 
     owner: str
     users: Tuple[str, ...]

@@ -1,7 +1,4 @@
-"""mmcv's compiled-operator module ``mmcv._ext`` (an ``ext_loader`` convention, not public).
-
-Checked against mmcv-lite 2.1.0 and onedl-mmcv 2.3.6.
-"""
+"""mmcv's private names (``mmcv._ext``, an ``ext_loader`` convention); checked: mmcv-lite 2.1.0, onedl-mmcv 2.3.6."""
 import importlib
 from types import ModuleType
 
@@ -11,11 +8,7 @@ EXT_MODULE = 'mmcv._ext'
 
 
 def import_ext() -> ModuleType:
-    """``mmcv._ext``: the compiled extension, or vit_plugin's operators where there is none.
-
-    Raises:
-        ImportError: Neither is available.
-    """
+    """``mmcv._ext``: the compiled extension, else vit_plugin's operators; ImportError if neither."""
     return importlib.import_module(EXT_MODULE)
 
 

@@ -1,7 +1,4 @@
-"""Private names of mmdet that vit_plugin needs.
-
-Checked against mmdet 3.3.0 and onedl-mmdetection 3.5.1 (the same code at every access below).
-"""
+"""Private names of mmdet that vit_plugin needs; checked against mmdet 3.3.0 and onedl-mmdetection 3.5.1."""
 from typing import Dict
 
 from vit_plugin.compat import Inherited

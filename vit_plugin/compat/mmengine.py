@@ -33,10 +33,8 @@ LOOP_MAKES_ITERATOR_WHEN_BUILT = not hasattr(_InfiniteDataloaderIterator, '_ensu
 
 
 def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:
-    """Move ``InfiniteSampler`` to position ``num_samples`` of this rank's stream; False for other samplers.
-
-    mmengine 0.10.7 has no ``skip``: its private ``_indices_of_rank`` yields indices only.
-    """
+    """Move ``InfiniteSampler`` to sample ``num_samples`` of this rank (False for others) by the private
+    ``_indices_of_rank``; mmengine 0.10.7 has no ``skip``."""
     if not isinstance(sampler, InfiniteSampler):
         return False
     if callable(getattr(sampler, 'skip', None)):
@@ -47,18 +45,13 @@ def skip_infinite_sampler(sampler: Any, num_samples: int) -> bool:
 
 
 def is_local_uri(uri: Any) -> bool:
-    """Whether ``uri`` names a local file, by mmengine's private ``_parse_uri_prefix``.
-
-    The public ``get_file_backend`` also honours ``backend_args``, which may call local paths remote.
-    """
+    """Whether ``uri`` is a local file, by ``_parse_uri_prefix`` (``get_file_backend`` honours ``backend_args``)."""
     return _parse_uri_prefix(str(uri)) == ''
 
 
 class AfterCheckpointSaved:
-    """Mixin giving a ``CheckpointHook`` subclass ``after_checkpoint_saved(runner)`` (put it first).
-
-    Every save goes through the private ``_save_checkpoint_with_step``; no public point follows a save.
-    """
+    """Mixin (put first) adding ``after_checkpoint_saved(runner)`` to ``CheckpointHook`` through the private
+    ``_save_checkpoint_with_step``, which every save goes through; no public point follows a save."""
 
     def _save_checkpoint_with_step(self, runner, step, meta):
         super()._save_checkpoint_with_step(runner, step, meta)
@@ -69,10 +62,8 @@ class AfterCheckpointSaved:
 
 
 def save_checkpoint_as_configured(hook, runner) -> None:
-    """Let ``CheckpointHook`` save now, with its names, rotation and ``last_checkpoint``.
-
-    Its private ``_save_checkpoint`` is the only step that saves without checking the interval.
-    """
+    """Make ``CheckpointHook`` save now (names, rotation, ``last_checkpoint``) by ``_save_checkpoint``, the only
+    step that saves without checking the interval."""
     hook._save_checkpoint(runner)
 
 

@@ -17,14 +17,8 @@ def set_dataset_meta(model, meta) -> None:
 
 
 def add_to_model_index(entry) -> None:
-    """Put one ``modelindex`` entry into ``ModelHub._models_dict`` by lower-case name (idempotent).
-
-    The public ``register_model_index`` reads a model-index.yml naming config files; our entries
-    build their configs in code. See docs/model_zoo.md#mmpretrains-model-index.
-
-    Raises:
-        ValueError: The name is taken by another model.
-    """
+    """Put a ``modelindex`` entry into ``ModelHub._models_dict`` (idempotent; ValueError if the name is taken):
+    the public ``register_model_index`` reads config files (docs/model_zoo.md#mmpretrains-model-index)."""
     from mmpretrain.apis import ModelHub
     models = ModelHub._models_dict
     key = entry.name.lower()

@@ -5,10 +5,8 @@ __all__ = ['pickle_reconstructors']
 
 
 def pickle_reconstructors() -> Dict[str, object]:
-    """The functions a pickled ``ndarray`` or numpy scalar is rebuilt with, by their pickled names.
-
-    ``numpy.core.multiarray`` (numpy 1) or ``numpy._core.multiarray`` (numpy 2); no public module has them.
-    """
+    """The functions rebuilding a pickled ``ndarray`` or scalar, by pickled name, from ``numpy.core.multiarray``
+    (1) or ``numpy._core.multiarray`` (2); no public module has them."""
     try:
         from numpy._core import multiarray
     except ImportError:  # numpy 1

@@ -20,11 +20,8 @@ InstanceNormBase = nn.modules.instancenorm._InstanceNorm
 
 
 def global_grad_norm(grads: List[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The 2-norm of all gradients together, in float32, or None without gradients.
-
-    float32 through ``get_total_norm`` (DTensor shards stay partial); low-precision gradients through
-    ``torch._foreach_norm``, combined in float32, since the public path reduces in their dtype.
-    """
+    """The float32 2-norm of all gradients (None without): ``get_total_norm``, or for low-precision gradients
+    ``torch._foreach_norm`` combined in float32 (the public path reduces in their dtype)."""
     if not grads:
         return None
     if all(g.dtype == torch.float32 for g in grads):
@@ -45,10 +42,7 @@ def inductor_freezing():
 
 
 def grad_scaler_state(scaler, optimizer) -> dict:
-    """``GradScaler``'s per-optimizer state: ``'stage'`` and ``'found_inf_per_device'``.
-
-    Kept in ``_per_optimizer_states``, without an accessor.
-    """
+    """``GradScaler``'s per-optimizer ``'stage'`` and ``'found_inf_per_device'`` (``_per_optimizer_states``)."""
     return scaler._per_optimizer_states[id(optimizer)]
 
 
@@ -71,11 +65,8 @@ _SIGNAL_HANDLING = 'torch.utils.data._utils.signal_handling'
 
 
 def wrap_worker_signal_handlers(after: Callable[[], None]) -> bool:
-    """Run ``after`` in each DataLoader worker right after torch installed its signal handlers.
-
-    Replaces the private ``_set_worker_signal_handlers`` in this (forked child) process; False when
-    torch's data loading is not imported. Called only from ``vit_plugin.runtime``.
-    """
+    """Run ``after`` in each DataLoader worker after torch's signal handlers, by replacing the private
+    ``_set_worker_signal_handlers`` here (False without torch's data loading); for ``vit_plugin.runtime``."""
     handling = sys.modules.get(_SIGNAL_HANDLING)
     if handling is None:
         return False

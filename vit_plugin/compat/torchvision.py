@@ -5,11 +5,8 @@ __all__ = ['roi_align_backward', 'cuda_version']
 
 
 def roi_align_backward(grad_output: torch.Tensor, rois: torch.Tensor, *args) -> torch.Tensor:
-    """The input gradient of RoIAlign from saved arguments only (``_roi_align_backward``).
-
-    ``args``: spatial_scale, pooled height and width, batch, channels, height, width, sampling_ratio,
-    aligned.
-    """
+    """RoIAlign's input gradient from saved ``args`` only (``_roi_align_backward``): spatial_scale, pooled
+    h, w, batch, channels, height, width, sampling_ratio, aligned."""
     return torch.ops.torchvision._roi_align_backward(grad_output, rois, *args)
 
 

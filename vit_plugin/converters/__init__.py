@@ -1,12 +1,5 @@
-"""Checkpoint converters (pure functions) and the '.npz' checkpoint format.
-
-Importing this package lets ``init_cfg=dict(type='Pretrained', checkpoint='ViT-B_16.npz',
-prefix='backbone.')`` and ``load_from='ViT-B_16.npz'`` read official JAX checkpoints directly
-(see :func:`~vit_plugin.converters.jax_npz.load_official_npz`), and ``transformers`` ViT checkpoints
-(``google/vit-*``, with their ``config.json``) load as ours
-(see :func:`~vit_plugin.converters.transformers_vit.adapt_transformers_checkpoint`), and so do timm's hub
-repositories, as whole classifiers (:func:`~vit_plugin.converters.timm_hub.adapt_timm_checkpoint`).
-"""
+"""Checkpoint converters (pure functions) and the loaders that let configs read official ``.npz``,
+``transformers`` and timm hub checkpoints directly (docs/checkpoints.md#every-loading-path)."""
 from ..checkpoint import register_checkpoint_format, register_state_dict_adapter
 from .common import BACKBONE_PREFIX, HEAD_PREFIX, ConversionError, ConversionReport
 from .jax_npz import convert_jax_vit, inspect_jax_vit, load_official_npz, read_npz

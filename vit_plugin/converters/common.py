@@ -21,11 +21,8 @@ class ConversionReport:
 
     Attributes:
         source (str): Description of the input, used in messages.
-        loaded (list[str]): Destination keys written.
-        resized (list[str]): One line per tensor whose shape changed.
-        dropped (list[str]): Source keys left out on purpose.
-        missing (list[str]): Keys a complete model needs that the source lacks.
-        unknown (list[str]): Source keys the converter does not understand.
+        loaded, resized, dropped: Destination keys written; tensors whose shape changed; keys left out.
+        missing, unknown: Keys a complete model needs that the source lacks; keys not understood.
         notes (list[str]): Facts that change how converted weights behave in our model.
     """
     source: str = 'checkpoint'
@@ -47,13 +44,7 @@ class ConversionReport:
         return '\n'.join(lines)
 
     def check(self, allow_unknown: bool = False, allow_missing: bool = False, hint: str = '') -> None:
-        """Raise :class:`ConversionError` on unknown or missing keys unless they are allowed.
-
-        Args:
-            allow_unknown (bool): Accept (and drop) unknown source keys. Defaults to False.
-            allow_missing (bool): Accept a source that lacks keys. Defaults to False.
-            hint (str): Advice appended to the message. Defaults to ''.
-        """
+        """Raise :class:`ConversionError` on unknown or missing keys unless allowed, ``hint`` appended."""
         problems = []
         if self.unknown and not allow_unknown:
             problems.append(f'{len(self.unknown)} unknown key(s) {_head(self.unknown)}: the file holds weights '

@@ -258,15 +258,10 @@ def convert_checkpoint_file(src: str,
                             num_heads: Optional[int] = None,
                             head_label_space: Optional[Tuple[str, str]] = None
                             ) -> Tuple[ConversionReport, Dict[str, Any]]:
-    """Convert ``src`` to ``dst``: read, convert, check everything, then write atomically.
+    """Convert ``src`` (file, folder or ``hf-hub:`` id) to ``dst``: read, convert, check, write atomically.
 
-    ``src`` is a file of any accepted format, a model folder or an ``hf-hub:`` id; ``dst`` ending in
-    ``.safetensors`` is safetensors, ``dst_format='transformers'`` a folder. Options are those of
-    ``tools/convert_checkpoint.py`` (docs/checkpoints.md#converting-files).
-
-    Returns:
-        tuple: (:class:`ConversionReport`, meta dict stored with the weights, incl. ``model_cfg``).
-    """
+    Options are ``tools/convert_checkpoint.py``'s (docs/checkpoints.md#converting-files). Returns
+    (:class:`ConversionReport`, the meta stored with the weights, incl. ``model_cfg``)."""
     if src_format not in SRC_FORMATS or dst_format not in DST_FORMATS:
         raise ConversionError(f'--src-format must be one of {SRC_FORMATS} and --dst-format one of {DST_FORMATS}')
     if head_label_space is not None and (num_classes is not None or backbone_only):

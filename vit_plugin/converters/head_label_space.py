@@ -9,11 +9,7 @@ from .common import HEAD_PREFIX, ConversionError, ConversionReport
 
 
 def parse_label_space_pair(text: str) -> Tuple[str, str]:
-    """``'google21k:fall11'`` -> ``('google21k', 'fall11')``, as canonical names.
-
-    Raises:
-        ConversionError: Not two known label-space names around one ':'.
-    """
+    """``'google21k:fall11'`` -> canonical ``('google21k', 'fall11')``; ConversionError otherwise."""
     parts = text.split(':')
     if len(parts) != 2 or not all(parts):
         raise ConversionError(f'--head-label-space takes SRC:DST (e.g. google21k:fall11), got {text!r}')
@@ -35,9 +31,7 @@ def convert_head_label_space(state_dict: Dict[str, torch.Tensor],
                              head_prefix: str = HEAD_PREFIX + 'head.',
                              classes: Optional[Sequence[str]] = None,
                              report: Optional[ConversionReport] = None):
-    """Reorder the classifier of ``state_dict`` from label space ``src`` to ``dst``.
-
-    Missing classes get zero rows, extra ones are dropped; everything else is kept.
+    """Reorder the classifier of ``state_dict`` from label space ``src`` to ``dst`` (missing rows zero).
 
     Args:
         state_dict (dict): Our whole-classifier layout.

@@ -1,8 +1,6 @@
-"""Official JAX/Flax ``.npz`` ViT checkpoints -> our state dicts.
+"""Official JAX/Flax ``.npz`` ViT checkpoints -> our state dicts, recording the official numerics.
 
-Layouts are detected from the arrays (docs/checkpoints.md#official-npz-files-straight-from-a-config);
-the result records ``pos_embed_grid``, ``pos_embed_resize_mode='official'`` and ``gelu_approximate='tanh'``.
-"""
+See docs/checkpoints.md#official-npz-files-straight-from-a-config."""
 import zipfile
 import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -23,12 +21,7 @@ _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
 
 
 def read_npz(filename: str) -> Mapping[str, np.ndarray]:
-    """Open an ``.npz`` without unpickling; arrays are read lazily.
-
-    Raises:
-        FileNotFoundError: No such file.
-        ConversionError: Not a readable ``.npz`` (e.g. truncated).
-    """
+    """Open an ``.npz`` lazily without unpickling; FileNotFoundError, or ConversionError if unreadable."""
     try:
         arrays = np.load(filename, allow_pickle=False)
     except FileNotFoundError:
@@ -83,18 +76,9 @@ class _Reader:
 
 def inspect_jax_vit(arrays: Mapping[str, np.ndarray], source: str = 'checkpoint',
                     pos_embed_grid: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-    """Infer the model stored in an official ``.npz`` from its arrays.
+    """The model stored in official ``arrays``: a dict of its sizes, layout and ``model_cfg``.
 
-    Args:
-        arrays (Mapping[str, ndarray]): The archive (e.g. from :func:`read_npz`).
-        source (str): Name used in messages.
-        pos_embed_grid (tuple[int, int], optional): Grid of a non-square position embedding.
-
-    Returns:
-        dict: ``prefix``, ``naming``, ``scanned``, ``embed_dims``, ``num_layers``, ``num_heads``,
-        ``mlp_dims``, ``patch_size``, ``in_channels``, ``with_cls_token``, ``grid``, ``num_classes``,
-        ``pre_logits_dims``, ``hybrid_layers``, ``width_factor`` and ``model_cfg`` (a backbone config).
-    """
+    ``pos_embed_grid``: the grid of a non-square position table; ``source`` names it in messages."""
     keys = list(arrays.files) if hasattr(arrays, 'files') else list(arrays.keys())
     prefix = next((p for p in PREFIXES if p + 'embedding/kernel' in keys), None)
     if prefix is None:
@@ -322,11 +306,8 @@ def convert_jax_vit(arrays: Mapping[str, np.ndarray],
 
 
 def load_official_npz(filename: str, map_location: Any = None) -> Dict[str, Any]:
-    """Checkpoint loader for ``.npz`` files: a checkpoint dict in the whole-classifier layout.
-
-    Raises:
-        ConversionError: Unknown or missing arrays (tools/convert_checkpoint.py can override).
-    """
+    """Checkpoint loader for ``.npz`` files (whole-classifier layout); ConversionError for unknown or
+    missing arrays."""
     arrays = read_npz(filename)
     try:
         state_dict, report, info = convert_jax_vit(arrays, source=filename)

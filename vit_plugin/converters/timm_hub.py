@@ -1,7 +1,6 @@
-"""timm's model repositories (``timm/vit_*`` on the Hugging Face hub) as whole classifiers of ours.
+"""timm's ``timm/vit_*`` hub repositories as our whole classifiers.
 
-See docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
-"""
+See docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub."""
 import json
 import os.path as osp
 import re
@@ -24,11 +23,8 @@ def read_timm_config(path: str) -> Optional[Dict[str, Any]]:
 
 
 def adapt_timm_checkpoint(checkpoint: Any, weights: str, config_file: Optional[str]) -> Any:
-    """Safe-loader adapter: timm ViT weights beside timm's ``config.json`` become our whole classifier.
-
-    Class names from the config's ``label_names``. A file with any key ours has no place for is
-    returned unchanged.
-    """
+    """Safe-loader adapter: timm ViT weights beside timm's ``config.json`` -> our classifier (class names
+    from ``label_names``); a file with keys ours cannot place is returned unchanged."""
     if not config_file or not isinstance(checkpoint, dict):
         return checkpoint
     config = read_timm_config(config_file)

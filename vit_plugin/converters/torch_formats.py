@@ -1,8 +1,4 @@
-"""timm and mmpretrain ViT state dicts <-> ours.
-
-Our backbone keys are timm's; mmpretrain's names map through :mod:`vit_plugin.checkpoint.key_maps`.
-Anything ours does not have is reported as unknown. See docs/checkpoints.md#converting-files.
-"""
+"""timm and mmpretrain ViT state dicts <-> ours; other keys reported unknown (docs/checkpoints.md#converting-files)."""
 import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -98,10 +94,7 @@ def mmpretrain_to_vit(state_dict: Dict[str, torch.Tensor],
                       head_prefix: Optional[str] = HEAD_PREFIX,
                       pos_embed_grid: Optional[Sequence[int]] = None,
                       source: str = 'mmpretrain state dict') -> Tuple[Dict[str, torch.Tensor], ConversionReport]:
-    """mmpretrain ``VisionTransformer`` (bare, or inside an ``ImageClassifier``) -> ours.
-
-    The head keeps its keys (``head_prefix=None`` drops it); anything else is reported unknown.
-    """
+    """mmpretrain ``VisionTransformer`` (bare or in an ``ImageClassifier``) -> ours; the head keeps its keys."""
     report = ConversionReport(source=source)
     inner, rest = _split(state_dict, 'backbone.')
     out = {}

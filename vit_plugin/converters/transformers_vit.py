@@ -1,8 +1,6 @@
-"""``transformers``' ViT (``ViTModel``, ``ViTForImageClassification``) state dicts and configs <-> ours.
+"""``transformers``' ViT state dicts and configs <-> ours, eps and activation recorded.
 
-The config's LayerNorm eps and activation travel with the converted weights as records. Key
-mapping: docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub.
-"""
+See docs/checkpoints.md#the-papers-weights-from-the-hugging-face-hub."""
 import json
 import math
 import os.path as osp
@@ -271,14 +269,10 @@ def _in_checkpoint(checkpoint) -> Dict[str, torch.Tensor]:
 
 
 def adapt_transformers_checkpoint(checkpoint: Any, weights: str, config_file: Optional[str]) -> Any:
-    """Safe-loader adapter: a ``transformers`` ViT checkpoint becomes ours as it loads.
+    """Safe-loader adapter: a ``transformers`` ViT checkpoint becomes ours as it loads, eps, GELU and class
+    names from the ``config.json`` beside it (else a warning); others are returned unchanged.
 
-    The ``config.json`` beside the weights gives eps, GELU and class names (``meta['dataset_meta']``);
-    without it a warning says they stay the model's. Other checkpoints are returned unchanged.
-
-    Raises:
-        ConversionError: Weights ours cannot hold, or missing ones.
-    """
+    Raises ConversionError for weights ours cannot hold, or missing ones."""
     state_dict = _in_checkpoint(checkpoint)
     if not is_transformers_vit(state_dict):
         return checkpoint

@@ -1,18 +1,5 @@
-"""Checkpoints that survive interruptions: atomic writes, a work-dir-relative ``last_checkpoint`` and a
-``--resume`` that skips damaged files.
-
-* :class:`AtomicCheckpointHook` (``type='vit_plugin.AtomicCheckpointHook'``) is mmengine's
-  ``CheckpointHook`` whose local files are written to ``<name>.part`` and renamed into place once
-  complete (:class:`AtomicLocalBackend`): a process killed while saving leaves the previous
-  checkpoints and at most a stale ``.part`` file, never a half-written ``iter_N.pth``. It records
-  ``last_checkpoint`` relative to the work dir, so a copied or moved work dir resumes from its own
-  files.
-* :func:`find_resumable_checkpoint` is what ``vit_plugin.Runner`` resumes from when ``resume=True``
-  has no ``load_from`` (``tools/train.py --resume`` without a path): the
-  newest checkpoint of the work dir whose file is intact, skipping (with a warning naming it) one that
-  is truncated or corrupt.
-* A sharded checkpoint (a directory written by :class:`vit_plugin.FSDP2Strategy`) is complete once
-  its :data:`COMPLETE_MARKER` exists (:func:`sharded_checkpoint_problem`).
+"""Crash-safe checkpoints: atomic writes, a work-dir-relative ``last_checkpoint``, and a ``--resume``
+that skips damaged files. See docs/configs.md#training-and-testing ("Pre-emption-safe runs").
 """
 import os
 import os.path as osp
@@ -46,12 +33,7 @@ _ASIDE_NAME = re.compile(r'^((?:iter|epoch)_(\d+)\.pth)' + re.escape(ASIDE_SUFFI
 
 
 def atomic_write_bytes(data: bytes, path: str) -> None:
-    """Write ``data`` to ``path`` so that ``path`` is either its old content or complete new content.
-
-    The bytes go to ``path + '.part'`` in the same directory (a rename is atomic only within a file
-    system), are flushed to disk, and the file is renamed over ``path``; the directory entry is
-    flushed too, so the rename survives a power loss.
-    """
+    """Write ``data`` to ``path`` so that ``path`` holds either its old or its complete new content."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     partial = path + PARTIAL_SUFFIX
     with open(partial, 'wb') as f:
@@ -60,9 +42,7 @@ def atomic_write_bytes(data: bytes, path: str) -> None:
 
 
 def publish_partial(partial: str, path: str) -> None:
-    """Move a completely written ``partial`` file to ``path``: flush it to disk, rename it over
-    ``path`` (atomic within a file system) and flush the directory entry, so that the rename
-    survives a power loss."""
+    """Flush the complete file ``partial`` and rename it over ``path``, durably (directory entry flushed)."""
     with open(partial, 'rb+') as f:
         os.fsync(f.fileno())
     os.replace(partial, path)
@@ -85,8 +65,7 @@ def fsync_directory(directory: str) -> None:
 
 @register_backend(ATOMIC_BACKEND)
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's local file backend whose ``put``/``put_text`` write atomically
-    (:func:`atomic_write_bytes`)."""
+    """mmengine's local file backend whose ``put``/``put_text`` write atomically."""
 
     def put(self, obj: bytes, filepath) -> None:
         atomic_write_bytes(obj, str(filepath))
@@ -96,8 +75,7 @@ class AtomicLocalBackend(LocalBackend):
 
 
 def write_last_checkpoint(work_dir: str, checkpoint: str) -> None:
-    """Record ``checkpoint`` in ``<work_dir>/last_checkpoint`` (atomically), relative to the work dir
-    when it lies inside it, so that a copy of the work dir points at its own file."""
+    """Record ``checkpoint`` in ``<work_dir>/last_checkpoint`` atomically, relative to the work dir if inside it."""
     work_dir = osp.abspath(work_dir)
     path = osp.abspath(checkpoint)
     if osp.commonpath([work_dir, path]) == work_dir:
@@ -106,13 +84,7 @@ def write_last_checkpoint(work_dir: str, checkpoint: str) -> None:
 
 
 def read_last_checkpoint(work_dir: str) -> Optional[str]:
-    """The checkpoint ``<work_dir>/last_checkpoint`` names, as a path that exists, or None.
-
-    A relative entry is resolved against ``work_dir``. An absolute entry (written by mmengine's own
-    CheckpointHook, or a checkpoint saved outside the work dir) whose file name also exists in
-    ``work_dir`` resolves to that local file: the work dir was copied or moved, and its own file is
-    the one to continue from, not the one at the old location.
-    """
+    """The existing checkpoint ``last_checkpoint`` names, preferring a same-named file in ``work_dir``; or None."""
     record = osp.join(work_dir, LAST_CHECKPOINT)
     if not osp.isfile(record):
         return None
@@ -129,11 +101,7 @@ def read_last_checkpoint(work_dir: str) -> Optional[str]:
 
 
 def checkpoint_candidates(work_dir: str) -> List[str]:
-    """Resume points of ``work_dir``, newest first: its ``iter_N.pth`` / ``epoch_N.pth`` files ordered by
-    N (then modification time), plus the file ``last_checkpoint`` names if that lies elsewhere. A
-    sharded directory moved aside while its name was being rewritten (``iter_N.pth.old``, see
-    :func:`vit_plugin.engine.fsdp2.commit_directory`) stands in for ``iter_N.pth`` when a crash left
-    that name missing."""
+    """Resume points of ``work_dir``, newest first (``iter_N``/``epoch_N``, orphaned ``.old``, ``last_checkpoint``)."""
     found = {}
     if osp.isdir(work_dir):
         names = set(os.listdir(work_dir))
@@ -167,13 +135,7 @@ def sharded_checkpoint_problem(path: str) -> Optional[str]:
 
 
 def checkpoint_problem(path: str) -> Optional[str]:
-    """Why the checkpoint file ``path`` cannot be loaded, or None when it is intact.
-
-    PyTorch checkpoints are zip archives with a CRC-32 per record: reading the archive's directory
-    finds a truncated file, and checking every record's CRC finds corrupted bytes, without unpickling
-    anything (a read of the file, much cheaper than loading it twice). Files in another format are
-    loaded once to find out.
-    """
+    """Why the checkpoint ``path`` cannot be loaded, or None when intact (zip CRCs checked, nothing unpickled)."""
     if osp.isdir(path):  # a sharded checkpoint (vit_plugin.engine.fsdp2): complete once renamed and marked
         return sharded_checkpoint_problem(path)
     try:
@@ -198,15 +160,10 @@ def checkpoint_problem(path: str) -> Optional[str]:
 
 
 def find_resumable_checkpoint(work_dir: str, warn: Optional[Callable[[str], None]] = print) -> Optional[str]:
-    """The newest checkpoint of ``work_dir`` that is intact; None when the work dir holds none at all.
-
-    Args:
-        work_dir (str): The run's work dir.
-        warn (callable, optional): Receives one message per skipped checkpoint (None: silent).
+    """The newest intact checkpoint of ``work_dir`` (``warn`` gets each one skipped), None if it has none.
 
     Raises:
-        FileNotFoundError: the work dir has checkpoints, but none of them is intact (resuming from
-            nothing would silently restart the run).
+        FileNotFoundError: The work dir has checkpoints, none of them intact.
     """
     candidates = checkpoint_candidates(work_dir)
     skipped = []
@@ -226,12 +183,7 @@ def find_resumable_checkpoint(work_dir: str, warn: Optional[Callable[[str], None
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(mmengine_compat.AfterCheckpointSaved, CheckpointHook):
-    """mmengine's ``CheckpointHook`` with crash-safe files; takes the same arguments.
-
-    Local checkpoints are written through :class:`AtomicLocalBackend` (unless ``backend_args`` names
-    another backend) and ``last_checkpoint`` holds a path relative to the work dir
-    (:func:`write_last_checkpoint`).
-    """
+    """mmengine's ``CheckpointHook`` (same arguments) with atomic local files and a relative ``last_checkpoint``."""
 
     def before_train(self, runner) -> None:
         target = self.out_dir or runner.work_dir

@@ -1,9 +1,4 @@
-"""Changes to a config as data: each one a key, its value before and after, and the step that made it.
-
-A step of the run plan (:mod:`vit_plugin.engine.plan`) reads and edits a working copy through
-:class:`ConfigEdits`, which records every change; the recorded changes are then printed
-(``tools/train.py --dry-run``) or applied to the config (:meth:`ConfigEdits.apply`).
-"""
+"""Changes to a config as data: each a key, its value before and after, and the plan step that made it."""
 import copy
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Tuple, Union
@@ -51,8 +46,7 @@ def _config_value(value):
 
 @dataclass(frozen=True)
 class Change:
-    """One key of the config changed by a step: ``before`` / ``after`` are :data:`MISSING` when the key
-    is added / removed."""
+    """One key changed by a step; ``before`` / ``after`` are :data:`MISSING` when the key is added / removed."""
     step: str
     key: Key
     before: Any
@@ -67,11 +61,7 @@ class Change:
 
 
 class ConfigEdits:
-    """A working copy of a config whose edits are recorded as :class:`Change` s.
-
-    Args:
-        cfg (dict): The config (not modified).
-    """
+    """A working copy of a config (``cfg`` is not modified) whose edits are recorded as :class:`Change` s."""
 
     def __init__(self, cfg):
         self.data = plain(cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg))
@@ -126,8 +116,7 @@ class ConfigEdits:
 
     # ------------------------------------------------------------------------------------ result
     def changes(self) -> Tuple[Change, ...]:
-        """The net changes, in the order their keys were first edited (a key set back to its value
-        drops out)."""
+        """The net changes, in the order their keys were first edited (a key set back to its value drops out)."""
         found = []
         for step, key in self._order:
             before, after = self._value(self._original, key), self._value(self.data, key)

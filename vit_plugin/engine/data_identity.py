@@ -1,11 +1,5 @@
 """A checkpoint records the data it trained on; ``--resume`` onto other data says what changed.
-
-The sampler's order, and so which samples a resumed epoch still owes, depends on the data: a resume onto
-changed data would silently train on another stream. :class:`DataIdentityHook` writes the training
-dataset's fingerprint (:func:`dataset_fingerprint`: shard names, sizes and sample counts of a
-``vit_plugin.TarShardDataset``, the sample count of any other dataset) into every checkpoint's
-``meta['data_fingerprint']``, and at ``--resume`` compares it with the data of the resumed run. See
-docs/data.md#when-data-fails.
+See docs/data.md#when-data-fails.
 """
 from typing import List, Optional
 
@@ -24,9 +18,7 @@ class DataChangedError(ValueError):
 
 
 def dataset_fingerprint(dataset) -> dict:
-    """What identifies the data of ``dataset``: the ``data_fingerprint()`` of the dataset or of one it wraps
-    (``vit_plugin.TarShardDataset``: ``{'samples', 'shards': [[name, bytes, samples], ...]}``), else
-    ``{'samples': len(dataset)}``. Plain lists and numbers (a weights-only checkpoint load reads them)."""
+    """The ``data_fingerprint()`` of ``dataset`` or of one it wraps, else ``{'samples': len(dataset)}``."""
     inner = dataset
     for _ in range(8):  # SkipBadSamples, mmengine's dataset wrappers
         if callable(getattr(inner, 'data_fingerprint', None)):
@@ -69,14 +61,10 @@ def data_changes(saved: dict, current: dict) -> List[str]:
 class DataIdentityHook(Hook):
     """Record the training data's fingerprint in every checkpoint; refuse ``--resume`` onto other data.
 
-    A resumed run whose training data differs from the checkpoint's (a shard added, removed, of another
-    size or sample count; another sample count) stops with :class:`DataChangedError` naming the
-    changes, before its first iteration. vit_plugin's runners add this hook as
-    ``default_hooks.data_identity`` (docs/configs.md).
+    Raises :class:`DataChangedError`, naming the changes, before the first resumed iteration.
 
     Args:
-        allow_data_change (bool): Resume anyway, with one warning naming the changes (e.g. after
-            replacing a damaged shard by a repaired one of another size). Defaults to False.
+        allow_data_change (bool): Resume anyway, with one warning naming the changes. Defaults to False.
     """
     priority = 'VERY_HIGH'
 
@@ -115,8 +103,7 @@ class DataIdentityHook(Hook):
 
 
 def use_data_identity_hook(cfg) -> None:
-    """Add ``default_hooks.data_identity`` (``vit_plugin.DataIdentityHook``) unless the config has one
-    (``None`` switches it off)."""
+    """Add ``default_hooks.data_identity`` unless the config has that key (``None`` switches it off)."""
     hooks = cfg.get('default_hooks')
     if hooks is None:
         cfg.default_hooks = hooks = {}

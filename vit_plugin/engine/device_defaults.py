@@ -1,30 +1,6 @@
-"""What a GPU user expects without asking: fused optimizers, TF32 matmuls, pinned loader memory.
+"""Device defaults: fused optimizers, TF32 and pinned loaders on GPUs, unpinned loaders elsewhere.
 
-:func:`plan_device_defaults` is a step of the run plan (:mod:`vit_plugin.engine.plan`), which every
-entry point applies to the config before mmengine's runner is built, in every process;
-:func:`apply_device_defaults` applies this step alone. Each default yields to the config: a key the
-config sets is left alone, so every choice below can be overridden with ``--cfg-options``; the one
-exception is pinned memory on a host without a GPU, which has no meaning there.
-
-* **Optimizer kernels.** torch's Adam, AdamW and SGD get ``fused=True`` on CUDA: one kernel per
-  parameter group instead of a dozen per tensor, no parameter-sized temporaries, and the
-  non-finite guard and the fp16 scaler can skip a step on the device. Other optimizers on CUDA keep
-  torch's multi-tensor (foreach) kernels, its default there. On the CPU torch's per-tensor loop stays
-  (foreach kernels save launches, which a CPU does not pay for, and hold a parameter-sized
-  temporary). Override: ``optim_wrapper.optimizer.fused=False`` (or ``foreach=True``).
-* **TF32.** fp32 matmuls and convolutions use TensorFloat-32 tensor cores on GPUs of compute
-  capability 8.0 or newer (A100, H100, L4...): about 8x the fp32 matmul rate with a 10-bit mantissa
-  in the products and fp32 accumulation, which does not change how ViTs train. It matters for fp32
-  training and for the fp32 parts of mixed precision. Switch it off with ``--no-tf32`` or
-  ``--cfg-options env_cfg.tf32=False`` (e.g. to compare numerics with a CPU run). It is set with
-  torch's long-standing settings (``torch.set_float32_matmul_precision``,
-  ``torch.backends.cudnn.allow_tf32``), which Inductor reads; torch 2.9's newer ``fp32_precision``
-  settings must not be mixed with them in the same process (torch then refuses to report the
-  precision).
-* **Pinned memory.** Data loaders without a ``pin_memory`` key pin their batches on CUDA hosts, so
-  the copy to the GPU is asynchronous; ``--no-pin-memory`` turns it off. On a host without a GPU
-  (the CPU, an XLA device other than a GPU) every loader gets ``pin_memory=False``: torch pins nothing
-  there and warns about a loader that asks (mmpretrain's ``tools/train.py`` asks by default).
+See docs/configs.md#training-and-testing ("GPU defaults").
 """
 import warnings
 from typing import Callable, List, Optional
@@ -41,16 +17,7 @@ FUSED_OPTIMIZERS = ('Adam', 'AdamW', 'SGD')
 
 
 def optimizer_defaults(optim_wrapper: dict, device: str) -> Optional[str]:
-    """The fused kernel for torch's Adam, AdamW and SGD on CUDA, unless the config chose a kernel
-    (changed in place).
-
-    Args:
-        optim_wrapper (dict): The config's ``optim_wrapper``.
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'`` (only CUDA changes anything).
-
-    Returns:
-        str or None: What was set, for the log, or None.
-    """
+    """Set ``fused=True`` for Adam, AdamW, SGD on CUDA unless a kernel is chosen (in place); what was set, or None."""
     optimizer = (optim_wrapper or {}).get('optimizer')
     if not isinstance(optimizer, dict) or device != 'cuda':
         return None
@@ -77,12 +44,7 @@ def set_tf32(enabled: bool) -> str:
 
 
 def pin_memory_defaults(cfg, device: str, gpu: Optional[bool] = None) -> List[str]:
-    """Pin the memory of the data loaders that do not say otherwise on CUDA; on a host without a GPU
-    (``gpu`` False; default: ``device == 'cuda'``) unpin those that ask for it (changed in place).
-
-    Returns:
-        list[str]: The loaders changed.
-    """
+    """Pin unset loaders on CUDA, unpin all without a GPU (in place); returns the loaders changed."""
     edits = ConfigEdits(cfg)
     changed = _plan_pin_memory(edits, device, device == 'cuda' if gpu is None else gpu)
     ConfigEdits.apply(cfg, edits.changes())
@@ -105,18 +67,7 @@ def _plan_pin_memory(edits: ConfigEdits, device: str, gpu: bool) -> List[str]:
 
 
 def plan_device_defaults(edits: ConfigEdits, device: str, gpu: bool, log: Callable[[str], None]) -> Optional[bool]:
-    """The device-defaults step of the run plan on ``edits``: the fused optimizer kernel and pinned loader
-    memory for ``device`` (unpinned on hosts without a GPU).
-
-    Args:
-        edits (ConfigEdits): The working config.
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
-        gpu (bool): Whether the host has a GPU.
-        log (callable): Called with one sentence per default applied.
-
-    Returns:
-        bool or None: The TF32 setting the run needs (on CUDA; None elsewhere), for :func:`set_tf32`.
-    """
+    """The device-defaults plan step on ``edits``; returns the TF32 setting for CUDA, else None."""
     wrapper = edits.get('optim_wrapper')
     if isinstance(wrapper, dict) and isinstance(wrapper.get('optimizer'), dict):
         optimizer = dict(wrapper['optimizer'])
@@ -135,16 +86,7 @@ def plan_device_defaults(edits: ConfigEdits, device: str, gpu: bool, log: Callab
 
 
 def apply_device_defaults(cfg, device: str) -> List[str]:
-    """The fused optimizer kernel, the TF32 policy and pinned loader memory for ``device``: the
-    device-defaults step of the run plan alone, applied to ``cfg`` (and TF32 set for this process).
-
-    Args:
-        cfg (mmengine.Config): The run's config (changed in place).
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
-
-    Returns:
-        list[str]: One sentence per default applied, for the log.
-    """
+    """Apply the device defaults to ``cfg`` (in place) and TF32 to this process; returns log sentences."""
     messages: List[str] = []
     edits = ConfigEdits(cfg)
     tf32 = plan_device_defaults(edits, device, torch.cuda.is_available(), messages.append)

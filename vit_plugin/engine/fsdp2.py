@@ -1,24 +1,4 @@
-"""FSDP2 (``torch.distributed.fsdp.fully_shard``) for mmengine's ``FlexibleRunner``, with sharded
-checkpoints through ``torch.distributed.checkpoint`` (DCP).
-
-``tools/train.py --fsdp`` selects :class:`FSDP2Strategy`. Every Transformer block (the units of
-:func:`vit_block_wrap_policy`) and then the whole model are sharded over all
-processes: each process keeps ``1/world_size`` of every parameter, gradient and optimizer moment (as
-``DTensor`` shards) and gathers one block's full parameters at a time in the forward and backward
-passes. Unlike torch's FSDP1, FSDP2 runs on CPU hosts with the Gloo backend as well as on GPUs.
-
-A checkpoint is a directory ``iter_N.pth/`` (mmengine's checkpoint names are kept, so its hooks rotate
-and record it as usual) holding the DCP files, to which every process writes its own shards, and
-``extra.pth`` (iteration, schedulers, log history; written by rank 0). It is written to
-``iter_N.pth.part/``, completed by the marker :data:`COMPLETE_MARKER` once every process has finished
-(a directory without it is incomplete and ``--resume`` skips it), and renamed into place. A save under
-an existing name first moves the old directory aside (``iter_N.pth.old/``), renames the new one in,
-then deletes the old one, so that at every moment one complete checkpoint exists under one of the two
-names; ``--resume`` takes the aside copy when a crash left no ``iter_N.pth``.
-DCP reshards on load, so a checkpoint resumes at another number of processes (also at one, where the
-model is not sharded). ``tools/consolidate_checkpoint.py`` turns it into an ordinary single-file
-checkpoint.
-"""
+"""FSDP2 for mmengine's ``FlexibleRunner``, with sharded checkpoints (docs/scaling.md#sharded-training-with-fsdp2)."""
 import os
 import os.path as osp
 import re
@@ -49,35 +29,14 @@ from vit_plugin.registry import FUNCTIONS, STRATEGIES
 @FUNCTIONS.register_module()
 def vit_block_wrap_policy(module: nn.Module, recurse: bool, nonwrapped_numel: int,
                           block_types: Optional[Sequence[type]] = None) -> bool:
-    """FSDP auto-wrap policy: one FSDP unit per Transformer block, the rest in the root unit.
-
-    Sharding block by block means only one block's full parameters are gathered at a time during the
-    forward and backward passes, which is what lets ViT-H/14 train on GPUs that cannot hold it
-    replicated (632M parameters and two Adam moments: ~10 GB in fp32 before activations).
-
-    Args:
-        module (nn.Module): Candidate module (FSDP's policy protocol).
-        recurse (bool): Whether FSDP asks if it should descend into ``module``.
-        nonwrapped_numel (int): Parameters not yet wrapped (unused; the policy is structural).
-        block_types (Sequence[type], optional): Module classes that become FSDP units. Defaults to
-            None: vit_plugin's ``EncoderBlock``.
-    """
+    """FSDP auto-wrap policy (FSDP1 protocol): one unit per module of ``block_types`` (default ``EncoderBlock``)."""
     if recurse:
         return True
     return isinstance(module, tuple(block_types) if block_types else (EncoderBlock, ))
 
 
 def commit_directory(partial: str, filename: str) -> None:
-    """Move the complete checkpoint directory ``partial`` to ``filename`` without a moment in which
-    neither the old nor the new checkpoint is complete under its name.
-
-    An existing ``filename`` (complete: only complete directories are ever renamed to it) is renamed to
-    ``filename + ASIDE_SUFFIX``, ``partial`` is renamed to ``filename`` (the commit), then the aside
-    copy is deleted. A crash between the two renames leaves the old checkpoint complete under the
-    aside name, which :func:`vit_plugin.engine.checkpointing.checkpoint_candidates` offers to
-    ``--resume`` when ``filename`` is missing. An aside copy left by such a crash is deleted once a new
-    ``filename`` is in place.
-    """
+    """Rename the complete directory ``partial`` to ``filename``; a complete checkpoint exists throughout."""
     aside = filename + ASIDE_SUFFIX
     if osp.exists(filename):
         if osp.exists(aside):  # an older aside copy; filename itself is complete
@@ -89,9 +48,7 @@ def commit_directory(partial: str, filename: str) -> None:
 
 
 def _shard_placement(world_size: int) -> Callable:
-    """FSDP2 shards every parameter on dim 0 by default; the class token and the position embedding
-    have a leading dimension of 1, so one process would hold them whole. Shard those on their
-    largest dimension instead, so that every process holds about ``1/world_size`` of every tensor."""
+    """Shard on dim 0, or on the largest dim where dim 0 is shorter than the world size."""
     from torch.distributed.tensor import Shard
 
     def placement(param: nn.Parameter):
@@ -102,14 +59,8 @@ def _shard_placement(world_size: int) -> Callable:
 
 
 def consolidate_sharded_checkpoint(src: str, dst: str) -> dict:
-    """Write the sharded checkpoint directory ``src`` as one ordinary checkpoint file ``dst``
-    (``{'meta', 'state_dict'}`` with full tensors, as a run without ``--fsdp`` writes it), for
-    evaluation, fine-tuning and ``tools/convert_checkpoint.py``. Runs in one process, no group needed.
-    The optimizer state is left out (resume from the sharded directory itself); an EMA run's
-    ``ema_state_dict`` is kept, as mmengine's ``EMAHook`` writes it.
-
-    Returns:
-        dict: The consolidated checkpoint.
+    """Write the sharded checkpoint directory ``src`` as one ordinary file ``dst`` (no optimizer state) and
+    return it; one process. Raises ValueError if ``src`` is not a complete sharded checkpoint.
     """
     import io
     import tempfile
@@ -145,13 +96,12 @@ class FSDP2Strategy(DDPStrategy):
 
     Args:
         wrap_policy (str | callable): Selects the modules sharded as their own unit, called as
-            ``policy(module, recurse=False, nonwrapped_numel=0)`` (the FSDP1 auto-wrap protocol).
-            Defaults to 'vit_plugin.vit_block_wrap_policy' (every ``EncoderBlock``).
-        mixed_precision (str, optional): 'bf16' computes with bf16 parameters and reduces gradients in
-            fp32 (``MixedPrecisionPolicy``), for GPUs; the sharded parameters and the optimizer stay
-            fp32. Defaults to None (fp32).
-        reshard_after_forward (bool): Free the gathered parameters of a unit after its forward pass
-            (gathered again for the backward): least memory. Defaults to True.
+            ``policy(module, recurse=False, nonwrapped_numel=0)``. Defaults to
+            'vit_plugin.vit_block_wrap_policy'.
+        mixed_precision (str, optional): 'bf16': bf16 compute, fp32 gradient reduction (GPUs).
+            Defaults to None (fp32).
+        reshard_after_forward (bool): Free a unit's gathered parameters after its forward pass.
+            Defaults to True.
         **kwargs: Passed to mmengine's ``DDPStrategy`` (``model_wrapper`` is not used).
     """
 
@@ -198,11 +148,7 @@ class FSDP2Strategy(DDPStrategy):
         return model
 
     def build_optim_wrapper(self, optim_wrapper, model=None):
-        """mmengine's optimizer wrapper, whose gradient clipping reports the global norm.
-
-        ``clip_grad_norm_`` already clips by the norm over all shards; the value it returns for
-        DTensor gradients is the per-process partial norm, which mmengine would log as ``grad_norm``.
-        """
+        """mmengine's optimizer wrapper, whose gradient clipping returns the global norm over all shards."""
         wrapper = super().build_optim_wrapper(optim_wrapper, model)
         clip = getattr(wrapper, 'clip_func', None)
         if clip is torch.nn.utils.clip_grad_norm_:
@@ -259,8 +205,6 @@ class FSDP2Strategy(DDPStrategy):
 
     # ----------------------------------------------------------------------------------- loading
     def _load_sharded(self, filename: str, with_optimizer: bool, callback: Optional[Callable]) -> dict:
-        """Read a sharded checkpoint into this run's shards; let the hooks see it (``callback``: an EMA
-        hook takes its averaged weights and swaps the trained ones back), then load the model."""
         problem = sharded_checkpoint_problem(filename)
         if problem is not None:
             raise FileNotFoundError(f'{filename} {problem}; resume from an older one.')
@@ -284,9 +228,6 @@ class FSDP2Strategy(DDPStrategy):
 
     @staticmethod
     def _ema_template(filename: str, model_sd: dict) -> dict:
-        """Tensors shaped and sharded like this run's, to read the saved ``ema_state_dict`` into:
-        ``module.<name>`` entries are laid out as the model's ``<name>``; others (the step count)
-        are plain tensors of the saved size."""
         from torch.distributed.checkpoint import FileSystemReader
         metadata = FileSystemReader(filename).read_metadata().state_dict_metadata
         template = {}
@@ -311,8 +252,7 @@ class FSDP2Strategy(DDPStrategy):
 
     def load_model_state_dict(self, state_dict: dict, *, strict: bool = False,
                               revise_keys: list = [(r'^module.', '')]) -> None:
-        """Load a full (unsharded) state dict, e.g. ``load_from`` an ordinary checkpoint, into the
-        sharded model: every process passes the full tensors and keeps its shard."""
+        """Load a full (unsharded) state dict into the sharded model; each process keeps its shard."""
         if not is_distributed():
             return super().load_model_state_dict(state_dict, strict=strict, revise_keys=revise_keys)
         for pattern, replacement in revise_keys:

@@ -1,26 +1,6 @@
-"""Reaching the paper's global batch (4096 pre-training, 512 fine-tuning) on however many devices.
+"""The paper's global batch on any number of devices, by gradient accumulation with rescaled counts.
 
-A config states ``global_batch_size`` (the batch the paper's learning rate and step counts refer to)
-and a per-device ``train_dataloader.batch_size`` that fits in memory. :func:`apply_global_batch_size`
-turns the difference into gradient accumulation: ``k = global / (world_size * per_device)`` micro-
-batches per optimizer step. Everything the config counts in optimizer steps is then re-expressed in
-runner iterations (one iteration = one micro-batch), so the schedule seen by the optimizer is the
-paper's whatever ``k`` is:
-
-* ``train_cfg.max_iters`` and ``train_cfg.val_interval`` (iteration-based loops);
-* ``begin``/``end`` (and ``T_max``) of iteration-based parameter schedulers;
-* the iteration intervals of the checkpoint and logger hooks;
-* the ``interval`` of an ``EMAHook``, so the average is updated once per optimizer step and the
-  paper's momentum keeps its meaning.
-
-Set ``global_batch_size=None`` to train with the batch you have instead; ``auto_scale_lr.enable=True``
-(``--auto-scale-lr``) does the same and scales the learning rate linearly to that batch.
-
-The run plan (:mod:`vit_plugin.engine.plan`) computes this as its first step and records what it did
-in the config (``run_plan = dict(world_size=..., accumulative_counts=...)``, also in the copy the
-runner writes to the work dir): planning that config again changes nothing, and the recorded config
-refuses another number of processes instead of rescaling its counts twice. ``global_batch_applied``,
-the record's alias, is read the same way.
+See docs/configs.md#training-and-testing ("Global batch and gradient accumulation").
 """
 import os
 from typing import Callable, Optional
@@ -36,7 +16,7 @@ APPLIED_KEY = 'global_batch_applied'
 
 
 def recorded_plan(cfg) -> Optional[dict]:
-    """The record of a config the plan has already applied its global batch to, else None."""
+    """The ``run_plan`` (or ``global_batch_applied``) record of a config already planned, else None."""
     record = cfg.get(RECORD_KEY) or cfg.get(APPLIED_KEY)
     return dict(record) if record else None
 
@@ -46,18 +26,11 @@ def _scale(value, k):
 
 
 def plan_global_batch(edits: ConfigEdits, world_size: Optional[int], log: Callable[[str], None]) -> int:
-    """The global-batch step of the run plan on ``edits`` (the accumulation, the rescaled counts and the
-    record); returns the accumulation factor ``k`` (1 without a ``global_batch_size``).
+    """The global-batch step of the run plan on ``edits``; returns the accumulation factor ``k`` (1 if off).
 
-    Args:
-        edits (ConfigEdits): The working config.
-        world_size (int, optional): Number of data-parallel processes; None where this process cannot
-            know it (the XLA replicas, counted in the processes torch_xla starts).
-        log (callable): Called with one sentence describing the result.
-
-    Raises:
-        ValueError: the global batch is not a multiple of ``world_size * batch_size``, the config was
-            prepared for another number of processes, or the number of processes is not known.
+    ``world_size`` is None where this process cannot know it (XLA replicas). Raises ValueError when the
+    global batch is no multiple of ``world_size * batch_size``, the config was planned for another number
+    of processes, or that number is unknown.
     """
     global_bs = edits.get('global_batch_size')
     if not global_bs or not edits.get('train_dataloader'):
@@ -101,22 +74,7 @@ def plan_global_batch(edits: ConfigEdits, world_size: Optional[int], log: Callab
 
 
 def apply_global_batch_size(cfg: Config, world_size: int, logger=None) -> int:
-    """Set gradient accumulation so that ``world_size`` devices reach ``cfg.global_batch_size``: the
-    global-batch step of the run plan (:func:`plan_global_batch`) alone, applied to ``cfg``.
-
-    Args:
-        cfg (Config): The full config; modified in place.
-        world_size (int): Number of data-parallel processes.
-        logger (callable, optional): Called with one message describing the result. Defaults to None.
-
-    Returns:
-        int: The accumulation factor ``k`` (1 when the config sets no ``global_batch_size``, or
-        ``auto_scale_lr.enable=True``, which drops it).
-
-    Raises:
-        ValueError: the global batch is not a multiple of ``world_size * batch_size``, or the config was
-            prepared for another number of processes.
-    """
+    """Apply :func:`plan_global_batch` alone to ``cfg`` in place; returns ``k``, passes messages to ``logger``."""
     edits = ConfigEdits(cfg)
     k = plan_global_batch(edits, world_size, logger or (lambda message: None))
     ConfigEdits.apply(cfg, edits.changes())

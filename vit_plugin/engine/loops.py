@@ -1,19 +1,6 @@
-"""``vit_plugin.IterBasedTrainLoop``: mmengine's iteration-based loop, resuming without reading the past.
+"""``vit_plugin.IterBasedTrainLoop``: resumes without reading the past, checkpoints on a data fault.
 
-A resumed run must continue at the first batch the interrupted run did not train on. mmengine 0.10.7
-(the classic stack) gets there by drawing every finished batch again from the data loader (at iteration
-100k of the ImageNet-21k schedule: reading and decoding millions of images), and builds the loader's
-iterator when the loop is built, so with workers the first batches are prefetched before it even knows
-it resumes. onedl-mmengine 0.10.12 asks the sampler to skip instead (``sampler.skip(iterations x
-batch_size)``, the contract of mmengine's ``InfiniteSampler.skip``).
-
-This loop does the same on both stacks: its iterator (:class:`ResumableDataloaderIterator`) is built
-at the first batch, after the checkpoint is loaded, and a resume moves the sampler to its position
-(:func:`skip_in_sampler`: ``vit_plugin.BlockShuffleSampler`` and mmengine's ``InfiniteSampler``, on
-both stacks) so that no skipped batch is loaded, by any worker. A sampler that cannot skip is stepped through batch by batch, with a
-warning. A sample that cannot be read or decoded stops the run with the checkpoint of the last completed
-iteration and exit status 65 (:mod:`~vit_plugin.engine.data_faults`). Everything else is mmengine's loop.
-docs/data.md#resume has the measurements.
+See docs/data.md#resume and docs/data.md#when-data-fails.
 """
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -35,14 +22,7 @@ from .preemption import save_iteration_checkpoint
 
 
 def skip_in_sampler(dataloader, num_samples: int) -> bool:
-    """Move the sampler of ``dataloader`` to position ``num_samples`` of this process's stream without
-    loading anything; False when it cannot (it has no ``skip``, or hides inside a custom batch sampler).
-
-    A sampler with ``skip(num_samples)`` (``vit_plugin.BlockShuffleSampler``, onedl-mmengine's
-    ``InfiniteSampler``) is asked directly, also inside PyTorch's own ``BatchSampler`` (whose batches are
-    ``batch_size`` consecutive indices); mmengine 0.10.7's ``InfiniteSampler`` through
-    :func:`vit_plugin.compat.mmengine.skip_infinite_sampler`.
-    """
+    """Move ``dataloader``'s sampler ``num_samples`` on without loading anything; False if it cannot skip."""
     sampler = getattr(dataloader, 'sampler', None)
     batch_sampler = getattr(dataloader, 'batch_sampler', None)
     if type(batch_sampler) is BatchSampler:
@@ -56,14 +36,8 @@ def skip_in_sampler(dataloader, num_samples: int) -> bool:
 
 
 def keep_global_random_stream(dataloader) -> None:
-    """Consume the global torch generator where the installed mmengine's loop does.
-
-    Making a ``DataLoader`` iterator draws the workers' base seed from the global generator. mmengine
-    0.10.7's loop makes it when the loop is built, before the model's weights are initialised (onedl-
-    mmengine's at the first batch, as this loop does). So that a config gets the same weights, dropout
-    and worker seeds with either loop (and an XLA run matches the eager one), under mmengine 0.10.7 the
-    loader gets a generator holding the global state of now, and the global generator moves on by that
-    one draw.
+    """Consume the global torch generator where the installed mmengine's loop does (one draw when built,
+    under mmengine 0.10.7), so weights, dropout and worker seeds match on both stacks.
     """
     if (mmengine_compat.LOOP_MAKES_ITERATOR_WHEN_BUILT and isinstance(dataloader, DataLoader)
             and dataloader.generator is None):
@@ -74,11 +48,7 @@ def keep_global_random_stream(dataloader) -> None:
 
 
 class ResumableDataloaderIterator:
-    """Batches of a data loader without end, as an iteration-based loop draws them.
-
-    The loader's iterator is made at the first batch (so a resume can move the sampler before any worker
-    prefetches), and made again when an epoch of a finite sampler ends (its ``set_epoch`` is called with
-    the next epoch).
+    """Endless batches of a data loader; its iterator is made at the first batch and after each epoch.
 
     Args:
         dataloader: A ``DataLoader``, or an object with its ``sampler``, ``batch_sampler``,
@@ -107,8 +77,7 @@ class ResumableDataloaderIterator:
             return next(self.iterator)
 
     def skip_iter(self, num_iters: int) -> bool:
-        """Continue after ``num_iters`` batches: by moving the sampler (nothing is loaded; True), or, for a
-        sampler that cannot skip, by drawing the batches (False, with a warning)."""
+        """Continue after ``num_iters`` batches; True if the sampler skipped, False if they were drawn (warned)."""
         if num_iters <= 0:
             return True
         batch_size = getattr(self.dataloader, 'batch_size', None)
@@ -131,17 +100,13 @@ class ResumableDataloaderIterator:
 
 @LOOPS.register_module()
 class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
-    """mmengine's ``IterBasedTrainLoop`` whose resume skips in the sampler (see the module docstring), and
-    which stops on a data fault with the checkpoint of the last completed iteration.
+    """mmengine's ``IterBasedTrainLoop`` that resumes by skipping in the sampler and checkpoints on a data fault.
 
     Args:
         runner, dataloader, max_iters, val_begin, val_interval, dynamic_intervals: As mmengine's.
-        fast_forward_on_resume (bool): As onedl-mmengine's: True continues with the sampler where it
-            starts (the skipped data is drawn again later, in another order). Defaults to False.
-        checkpoint_on_data_fault (bool): A sample that cannot be read or decoded stops the run after
-            saving the checkpoint of the last completed iteration, with exit status 65
-            (:mod:`~vit_plugin.engine.data_faults`; a multi-process run all-reduces one flag per
-            iteration). False: the error propagates as raised. Defaults to True.
+        fast_forward_on_resume (bool): As onedl-mmengine's. Defaults to False.
+        checkpoint_on_data_fault (bool): On a sample that cannot be read or decoded, save the last
+            completed iteration's checkpoint and exit 65; False re-raises. Defaults to True.
     """
 
     def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_iters: int, val_begin: int = 1,
@@ -197,8 +162,7 @@ class IterBasedTrainLoop(MMEngineIterBasedTrainLoop):
         return self.runner.model
 
     def _next_batch(self, started_at: int):
-        """The next batch; on a data fault of any process, the checkpoint of the last completed iteration
-        is saved and :attr:`data_fault` set (every process, at the same iteration)."""
+        """The next batch, or None after a data fault of any process (checkpoint saved, :attr:`data_fault` set)."""
         if not self.checkpoint_on_data_fault:
             return next(self.dataloader_iterator)
         try:

@@ -1,36 +1,6 @@
-"""One plan per run: what a vit_plugin run changes in its config, computed once, printable before
-anything is built.
+"""One plan per run, computed once, printable before anything is built.
 
-:func:`plan_run` takes the config and the environment (:class:`RunEnv`: the number of processes, the
-device kind, the launcher) and returns a :class:`RunPlan`; it builds no model and loads no data. The
-plan holds, in the order of its steps (each switched by a config key, defaults in brackets):
-
-* ``vis_backends``: a check that the package of each visualization backend the config names
-  (``visualizer.vis_backends``, ``--vis``) is installed (:mod:`~vit_plugin.engine.vis_backends`);
-* ``global_batch`` [``global_batch_size``, None: off]: gradient accumulation and the iteration counts
-  rescaled for the number of processes (:mod:`~vit_plugin.engine.global_batch`), and the record
-  ``run_plan`` that makes planning the result again change nothing;
-* ``nonfinite_guard`` [``default_hooks.nonfinite_guard``]: the optimizer wrapper as the guard hook's
-  settings make it, e.g. ``OptimWrapper`` -> ``vit_plugin.GuardedOptimWrapper``
-  (:func:`~vit_plugin.engine.optimizers.guarded_optim_wrapper_cfg`);
-* ``conversion``: a device conversion given by the entry point (the XLA launcher's:
-  :class:`vit_plugin.xla.launch.XLAConversion`: runner, strategy, loops, optimizer wrapper, fixed batch
-  shapes);
-* ``device_defaults`` [``device_defaults``, True]: fused optimizers, TF32 and pinned loader memory on
-  GPUs, unpinned loaders on hosts without one (:mod:`~vit_plugin.engine.device_defaults`);
-* ``process_group`` [``device_defaults``]: on hosts without GPUs, multi-process runs over Gloo (the
-  process group joined when the run starts: mmengine's own set-up insists on CUDA); on GPU hosts, no
-  more processes per node than GPUs;
-* ``preemption`` and ``resume`` [``preemption``, True]: ``vit_plugin.PreemptionHook``,
-  ``vit_plugin.DataIdentityHook`` and atomic checkpoints
-  (:func:`~vit_plugin.engine.preemption.use_preemption_safe_hooks`), and ``resume=True``
-  without ``load_from`` resumed from the newest *intact* checkpoint of the work dir;
-* ``input_norm_check`` [``input_norm_check``, True]: ``vit_plugin.InputNormCheckHook``;
-* ``sharded_ema``: under the FSDP2 strategy an ``EMAHook`` becomes ``vit_plugin.ShardedEMAHook``.
-
-``RunPlan.apply(cfg)`` returns the changed config, ``RunPlan.describe()`` the plan and each change
-(``key: before -> after``), as ``tools/train.py CONFIG --dry-run`` prints it. See
-docs/configs.md#one-runner-named-by-the-config.
+See docs/configs.md#one-runner-named-by-the-config.
 """
 import copy
 import os
@@ -68,16 +38,14 @@ _FROM_ENV = object()
 
 
 def is_rank_zero() -> bool:
-    """Whether this process is rank 0: of its process group, or before one exists, of its launch (read
-    from the launcher's environment)."""
+    """Whether this process is rank 0 of its process group, or before one exists, of its launch."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank() == 0
     return int(os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0'))) == 0
 
 
 def device_kind(cfg=None, launcher: Optional[str] = None) -> str:
-    """The kind of device a run trains on: ``'xla'`` (the XLA launcher or strategy), ``'cuda'`` where a
-    GPU is visible, else ``'cpu'``."""
+    """The device a run trains on: ``'xla'`` (XLA launcher or strategy), else ``'cuda'`` or ``'cpu'``."""
     cfg = cfg or {}
     if (launcher or cfg.get('launcher')) == 'xla' or type_name(cfg.get('strategy')) == 'XLAStrategy':
         return 'xla'
@@ -85,8 +53,7 @@ def device_kind(cfg=None, launcher: Optional[str] = None) -> str:
 
 
 def run_launcher(cfg, flexible: bool = False) -> str:
-    """The config's ``launcher``; without one ``'none'``, or for FlexibleRunner (which infers it the
-    same way) the launcher the environment shows."""
+    """The config's ``launcher``; without one ``'none'``, or for FlexibleRunner the launcher the environment shows."""
     launcher = (cfg or {}).get('launcher')
     if launcher is None:
         launcher = infer_launcher() if flexible else 'none'
@@ -103,12 +70,11 @@ class RunEnv:
     """What the plan needs to know about the processes that will train.
 
     Attributes:
-        world_size (int, optional): Number of data-parallel processes; None where this process cannot
-            know it (the XLA replicas, counted in the processes torch_xla starts).
+        world_size (int, optional): Data-parallel processes; None where unknown here (XLA replicas).
         device (str): ``'cpu'``, ``'cuda'`` or ``'xla'``.
         launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'``, ``'mpi'`` or ``'xla'``.
         flexible (bool): Built as a FlexibleRunner (a ``strategy`` wraps the model).
-        rank_zero (bool): Whether this process is rank 0 (the one that logs).
+        rank_zero (bool): Whether this process is rank 0.
         gpus (int): GPUs visible to this process.
         processes_per_node (int, optional): Processes the launcher starts on this node, where it says.
         group_joined (bool): Whether this process has joined its process group.
@@ -125,9 +91,7 @@ class RunEnv:
     @classmethod
     def from_process(cls, cfg=None, flexible: bool = False, device: Optional[str] = None,
                      launcher: Optional[str] = None, world_size=_FROM_ENV) -> 'RunEnv':
-        """The environment of this process for ``cfg`` (its ``launcher`` and ``strategy``): the process
-        group's size if this process has joined one, else what the launcher's environment says
-        (``WORLD_SIZE``, ``SLURM_NTASKS``, ...; 1 for ``'none'``; None on XLA outside torchrun)."""
+        """This process's environment for ``cfg``; world size from the joined group, else the launcher's."""
         launcher = launcher or run_launcher(cfg, flexible)
         device = device or device_kind(cfg, launcher)
         joined = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -156,8 +120,7 @@ class RunPlan:
         tf32 (bool, optional): The TF32 setting the run starts with (CUDA; None: left alone).
         join_process_group (bool): The run joins its process group itself, over Gloo.
         resume_from (str, optional): The intact checkpoint the run resumes from.
-        conversion (object, optional): The device conversion planned (its ``check(cfg)`` runs when the
-            plan is applied).
+        conversion (object, optional): The device conversion planned (checked on :meth:`apply`).
     """
     env: RunEnv
     steps: Tuple[str, ...] = ()
@@ -185,7 +148,7 @@ class RunPlan:
         return tuple(found)
 
     def apply(self, cfg, in_place: bool = False):
-        """The config with the plan's changes (a copy, unless ``in_place``)."""
+        """The config with the plan's changes (a copy, unless ``in_place``); runs the conversion's check."""
         out = cfg if in_place else copy.deepcopy(cfg)
         ConfigEdits.apply(out, self.changes)
         if self.conversion is not None:
@@ -217,21 +180,17 @@ class RunPlan:
 
 
 def plan_run(cfg, env: RunEnv, conversion=None, steps: Optional[Sequence[str]] = None) -> RunPlan:
-    """The plan of a run of ``cfg`` in ``env`` (``cfg`` is not modified; nothing is built or loaded).
+    """The plan of a run of ``cfg`` in ``env``; ``cfg`` is not modified, nothing is built or loaded.
 
     Args:
         cfg (Config): The full config, as ``Runner.from_cfg`` takes it.
         env (RunEnv): The environment (:meth:`RunEnv.from_process` reads this process's).
-        conversion (object, optional): A device conversion: ``name``, ``plan(edits, env, log)`` and
+        conversion (object, optional): A device conversion with ``name``, ``plan(edits, env, log)`` and
             ``check(cfg)`` (``vit_plugin.xla.launch.XLAConversion``). Defaults to None.
         steps (sequence of str, optional): The steps to plan, of :data:`STEPS`. Defaults to all.
 
-    Returns:
-        RunPlan: The plan; ``plan.apply(cfg)`` is the config to build the runner from.
-
     Raises:
-        RunSetupError: what the config or the launch must change (e.g. a global batch that is not a
-            multiple of the processes' batch).
+        RunSetupError: What the config or the launch must change.
     """
     steps = STEPS if steps is None else tuple(steps)
     switches = {key: cfg.get(key, default) for key, default in SWITCHES.items()}
@@ -280,8 +239,7 @@ def _switched_on(step: str, switches: dict) -> bool:
 
 # ----------------------------------------------------------------------------------------- the steps
 def check_processes_per_gpu(launcher: str) -> None:
-    """Refuse, saying what to do, a node with more processes than GPUs: NCCL cannot run two ranks on one
-    GPU."""
+    """Raise :class:`RunSetupError` for a node with more processes than GPUs (NCCL needs one GPU each)."""
     _check_processes_per_gpu(RunEnv.from_process(launcher=launcher, device='cuda', world_size=1))
 
 
@@ -294,10 +252,7 @@ def _check_processes_per_gpu(env: RunEnv) -> None:
 
 
 def _plan_process_group(edits: ConfigEdits, env: RunEnv) -> bool:
-    """A multi-process run on a host without GPUs: the Gloo backend, mmengine's DDP wrapper without a
-    CUDA device id (unless a strategy wraps the model), and for torchrun / SLURM the process group joined
-    when the run starts (mmengine's ``init_dist`` calls ``torch.cuda.set_device``). Returns whether the
-    run joins it itself."""
+    """Gloo for a multi-process run without GPUs; returns whether the run joins the group itself."""
     if env.launcher not in DISTRIBUTED_LAUNCHERS:
         return False
     if env.device == 'cuda':
@@ -312,8 +267,6 @@ def _plan_process_group(edits: ConfigEdits, env: RunEnv) -> bool:
 
 
 def _plan_hooks(edits: ConfigEdits, add: Callable) -> None:
-    """The entries of ``default_hooks`` that ``add(cfg)`` (e.g. ``use_preemption_safe_hooks``) adds or
-    changes."""
     before = edits.get('default_hooks') or {}
     holder = ConfigDict(default_hooks=copy.deepcopy(before))
     add(holder)
@@ -323,12 +276,7 @@ def _plan_hooks(edits: ConfigEdits, add: Callable) -> None:
 
 
 def _plan_resume(edits: ConfigEdits, log: Callable[[str], None]) -> Optional[str]:
-    """``resume=True`` without ``load_from``: the newest intact checkpoint of the work dir (a truncated
-    or corrupt one is skipped with a warning); a work dir without checkpoints starts from the beginning.
-
-    Raises:
-        RunSetupError: the work dir has checkpoints, none of them intact.
-    """
+    """The newest intact checkpoint for ``resume=True`` without ``load_from``; RunSetupError if none is intact."""
     if not edits.get('resume') or edits.get('load_from') is not None or not edits.get('work_dir'):
         return None
     try:
@@ -343,8 +291,6 @@ def _plan_resume(edits: ConfigEdits, log: Callable[[str], None]) -> Optional[str
 
 
 def _plan_vis_backends(edits: ConfigEdits, log: Callable[[str], None]) -> None:
-    """Stop, naming the package and its install command, before anything is built when a backend of
-    ``visualizer.vis_backends`` misses its package; the config is not changed."""
     visualizer = plain(edits.get('visualizer'))
     check_vis_backends(visualizer)
     dashboards = [kind for kind in backend_types(visualizer) if kind != 'LocalVisBackend']
@@ -353,9 +299,6 @@ def _plan_vis_backends(edits: ConfigEdits, log: Callable[[str], None]) -> None:
 
 
 def _plan_nonfinite_guard(edits: ConfigEdits) -> None:
-    """The optimizer wrapper(s) guarded as ``default_hooks.nonfinite_guard`` says (a config that names a
-    plain wrapper and the hook trains guarded; ``enabled=False`` unguarded); only the keys that differ
-    are changed."""
     before = edits.get('optim_wrapper')
     if not isinstance(before, dict):
         return
@@ -374,9 +317,6 @@ def _plan_nonfinite_guard(edits: ConfigEdits) -> None:
 
 
 def _plan_sharded_ema(edits: ConfigEdits) -> None:
-    """Under FSDP2 an ``EMAHook`` becomes ``vit_plugin.ShardedEMAHook`` with the same settings: mmengine's
-    deep-copies the model, which FSDP2 modules refuse; the sharded one averages each process's shards in
-    place (same checkpoints)."""
     if type_name(edits.get('strategy')) != 'FSDP2Strategy':
         return
     for i, hook in enumerate(edits.get('custom_hooks') or []):

@@ -1,5 +1,4 @@
-"""Stop cleanly on SIGTERM / SIGUSR1 (spot VMs, SLURM pre-emption, ``scancel``): finish the current
-iteration, write a checkpoint and exit with :data:`EXIT_PREEMPTED`."""
+"""Stop cleanly on SIGTERM / SIGUSR1: finish the iteration, write a checkpoint, exit :data:`EXIT_PREEMPTED`."""
 import math
 from typing import Optional, Sequence
 
@@ -57,38 +56,15 @@ def _validation_due(loop: IterBasedTrainLoop, runner, iteration: int) -> bool:
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
-    """Turn a termination signal into a checkpoint and a clean exit.
+    """Turn a termination signal into a checkpoint and exit status :data:`EXIT_PREEMPTED`.
 
-    The signal handler only records the signal; the training step in progress finishes. The
-    processes then agree on whether any of them was signalled, at an iteration that ends an
-    optimizer update (never in the middle of a gradient accumulation, whose partial gradients a
-    checkpoint does not hold): after every update in a single-process run (a Python flag, free), and
-    every ``check_interval`` iterations in a multi-process run (one all-reduce of a flag, a host
-    synchronisation on GPUs), so all processes stop after the same iteration even when the signal
-    reaches them at different times. The checkpoint of that iteration is written through the run's
-    checkpoint hook (atomically with :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook`)
-    -- or by that hook itself when it saves this iteration anyway --, a validation pass due after
-    that iteration is left for the resumed run (the checkpoint's ``meta`` says so), the loop stops,
-    the remaining ``after_train`` / ``after_run`` hooks run, and :class:`TrainingPreempted` ends the
-    process with status :data:`EXIT_PREEMPTED` (75). ``tools/train.py --resume`` runs the skipped
-    validation first and continues with the losses of the uninterrupted run (see
-    ``vit_plugin.RNGReseedHook``).
-
-    Data-loader workers forked from the hook's construction to the end of the run ignore the handled
-    signals (a scheduler sends them to every process of the job) and stop when the training process
-    shuts them down (:class:`vit_plugin.runtime.WorkerShield`). The signal handlers are installed at
-    ``before_run`` and given back at ``after_run`` (:class:`vit_plugin.runtime.SignalHandlers`).
-
-    Epoch-based loops (mmengine's ``EpochBasedTrainLoop``) can only resume at an epoch boundary: there
-    the hook stops after the current iteration without a new checkpoint, and ``--resume`` restarts the
-    interrupted epoch from the last epoch checkpoint.
+    See docs/configs.md#training-and-testing ("Pre-emption-safe runs").
 
     Args:
         signals (Sequence[str], optional): Names of the signals to handle. Defaults to None: SIGTERM and
-            SIGUSR1 (SIGTERM alone where SIGUSR1 does not exist, e.g. on Windows).
+            SIGUSR1 (where it exists).
         check_interval (int): Iterations between two agreements of a multi-process run, rounded up to
-            whole gradient-accumulation cycles; the checkpoint lands at most this many iterations after
-            the signal (plus the rest of an accumulation cycle). Defaults to 10.
+            whole accumulation cycles. Defaults to 10.
     """
     # After the parameter schedulers (LOW), whose state the checkpoint holds, and before the
     # checkpoint hook (VERY_LOW), which then knows the run is stopping.
@@ -125,9 +101,7 @@ class PreemptionHook(Hook):
         self._handlers.install()
 
     def release(self) -> None:
-        """Gives the signals back to the handlers they had before :meth:`before_run`. ``after_run`` calls
-        it; a run that ends in an exception has no ``after_run``, so vit_plugin's runners call
-        :func:`release_signals` then (a notebook or a test process keeps its own SIGTERM)."""
+        """Give the signals back to their previous handlers (``after_run``; :func:`release_signals`)."""
         self._restore()
 
     def _restore(self) -> None:
@@ -135,8 +109,7 @@ class PreemptionHook(Hook):
         self._shield.release()
 
     def _interval(self, runner) -> int:
-        """Iterations between two checks: whole accumulation cycles, ``check_interval`` or more of them
-        in a multi-process run."""
+        """Iterations between two checks: whole accumulation cycles, >= ``check_interval`` if distributed."""
         cycle = _accumulative_counts(runner)
         if get_world_size() == 1:
             return cycle
@@ -210,11 +183,7 @@ class PreemptionHook(Hook):
 
 
 def save_iteration_checkpoint(runner) -> Optional[str]:
-    """Save the checkpoint of iteration ``runner.iter + 1`` as the run's checkpoint hook does at the end of
-    that iteration (its file names, rotation and ``last_checkpoint``; atomic with
-    :class:`~vit_plugin.engine.checkpointing.AtomicCheckpointHook`), unless the hook saves that iteration
-    itself. Every process calls it (a sharded checkpoint is written by all). Returns the checkpoint's
-    path, or None without a ``CheckpointHook`` (with a warning)."""
+    """Save iteration ``runner.iter + 1``'s checkpoint as the checkpoint hook would; its path, or None without one."""
     hooks = [h for h in runner.hooks if isinstance(h, CheckpointHook)]
     if not hooks:
         runner.logger.warning('No CheckpointHook in this run: stopping without a checkpoint.')
@@ -241,15 +210,7 @@ _PLAIN_CHECKPOINT_HOOKS = {'CheckpointHook', 'mmengine.CheckpointHook', 'mmpretr
 
 
 def use_preemption_safe_hooks(cfg) -> None:
-    """Give a run atomic checkpoints and signal handling, whatever runtime its config inherits.
-
-    A config whose ``default_hooks.checkpoint`` is mmengine's plain ``CheckpointHook`` (e.g. one based on
-    mmdet's or mmpretrain's default runtime) gets ``vit_plugin.AtomicCheckpointHook`` with the same
-    arguments, and a ``default_hooks.preemption`` entry (``vit_plugin.PreemptionHook``) is added
-    unless the config has one; ``default_hooks.preemption=None`` switches the handling off. A
-    ``default_hooks.data_identity`` entry (``vit_plugin.DataIdentityHook``: ``--resume`` onto changed data
-    refuses) is added the same way (:func:`~vit_plugin.engine.data_identity.use_data_identity_hook`).
-    """
+    """Give ``cfg`` atomic checkpoints and the pre-emption and data-identity hooks it lacks (in place)."""
     hooks = cfg.get('default_hooks')
     if hooks is None:
         cfg.default_hooks = hooks = {}

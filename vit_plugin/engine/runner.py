@@ -1,17 +1,6 @@
-"""vit_plugin's runners: the config names them, and every entry point trains the same run.
+"""vit_plugin's runners: mmengine's, built from the config with the run plan applied.
 
-``runner_type='vit_plugin.Runner'`` (``configs/_base_/default_runtime.py`` and the detection recipe
-``configs/_base_/recipes/det_vit_b16.py`` set it) builds mmengine's ``Runner``, and
-``runner_type='vit_plugin.FlexibleRunner'`` mmengine's ``FlexibleRunner`` (a ``strategy``: FSDP2, XLA),
-from the config with the run plan applied (:mod:`vit_plugin.engine.plan`: the global batch, the device
-defaults, pre-emption safety, the input check, the sharded EMA under FSDP2), planned in the process
-that builds the runner, once the number of processes is known. mmengine's, mmpretrain's and mmdet's
-``tools/train.py`` build a config's ``runner_type`` through ``RUNNERS.build(cfg)``, so they train what
-``tools/train.py`` of this repository trains; so does ``RUNNERS.build(cfg)`` in a script. mmengine's
-``Runner.from_cfg`` builds mmengine's class and ignores ``runner_type``: ``vit_plugin.RunnerCheckHook``
-reports it. When the optimizer is built, ``paramwise_cfg.custom_keys`` that match no parameter are
-reported (:mod:`~vit_plugin.engine.optimizers.custom_keys`). See
-docs/configs.md#one-runner-named-by-the-config.
+See docs/configs.md#one-runner-named-by-the-config.
 """
 import copy
 import logging
@@ -45,17 +34,14 @@ def run_device(cfg: Config) -> str:
 
 
 def run_world_size(launcher: str) -> int:
-    """Number of processes of the run: the process group's size if this process has joined one, else
-    what the launcher's environment says (``WORLD_SIZE``, ``SLURM_NTASKS``, ...; 1 for ``'none'``)."""
+    """Number of processes of the run: the joined process group's size, else the launcher's environment."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_world_size()
     return world_size_from_env(launcher)
 
 
 def start_process(plan: RunPlan) -> None:
-    """What the plan sets in this process when the run starts: TF32 (on CUDA) and, for a multi-process run
-    on a host without GPUs, the process group over Gloo (mmengine's ``init_dist`` calls
-    ``torch.cuda.set_device``; the runner then skips its own)."""
+    """Make the plan's process settings: TF32 on CUDA, and the Gloo process group where the plan joins it."""
     if plan.tf32 is not None:
         message = set_tf32(plan.tf32)
         if plan.env.rank_zero:
@@ -71,8 +57,7 @@ def start_process(plan: RunPlan) -> None:
 
 
 def planned(cfg: Config, env: RunEnv, steps=None) -> Config:
-    """``cfg`` with the plan for ``env`` applied (in place), its notes printed on rank 0 and its process
-    settings made."""
+    """``cfg`` with the plan for ``env`` applied in place, its notes printed on rank 0, its process settings made."""
     plan = plan_run(cfg, env, steps=steps)
     if env.rank_zero:
         for note in plan.notes:
@@ -83,41 +68,22 @@ def planned(cfg: Config, env: RunEnv, steps=None) -> Config:
 
 
 def prepare_run(cfg: Config, flexible: bool = False, device: Optional[str] = None) -> Config:
-    """Apply to ``cfg`` (in place) the plan of vit_plugin's runners for this process
-    (:func:`~vit_plugin.engine.plan.plan_run` with :meth:`RunEnv.from_process`).
+    """Apply to ``cfg`` (in place, and return it) the plan of vit_plugin's runners for this process.
 
-    Args:
-        cfg (Config): The full config, as ``Runner.from_cfg`` takes it.
-        flexible (bool): Built as a FlexibleRunner (a ``strategy`` wraps the model). Defaults to False.
-        device (str, optional): ``'cuda'``, ``'cpu'`` or ``'xla'``. Defaults to None: :func:`run_device`.
-
-    Returns:
-        Config: ``cfg``.
-
-    Raises:
-        RunSetupError: what the config or the launch must change (e.g. a global batch that is not a
-            multiple of the processes' batch).
+    ``device`` defaults to :func:`run_device`. Raises :class:`RunSetupError` naming what to change.
     """
     return planned(cfg, RunEnv.from_process(cfg, flexible=flexible, device=device))
 
 
 def use_device_defaults(cfg: Config, launcher: str = 'none', device: Optional[str] = None) -> None:
-    """The device-defaults step of the plan alone (``tools/test.py``, for configs whatever their runner):
-    on GPUs TF32 and pinned loader memory, on hosts without one unpinned loaders (in place)."""
+    """Apply the device-defaults step of the plan alone to ``cfg`` (in place), whatever its runner."""
     planned(cfg, RunEnv.from_process(cfg, device=device, launcher=launcher), steps=('device_defaults',))
 
 
 # ---------------------------------------------------------------------------------------- the runners
 @HOOKS.register_module()
 class RunnerCheckHook(Hook):
-    """Reports a run that a config names one of vit_plugin's runners for, but another runner built.
-
-    mmengine's ``Runner.from_cfg(cfg)`` (a classmethod of mmengine's own class) ignores ``runner_type``,
-    so the run plan was never applied. vit_plugin's runtimes list this hook: before the first iteration
-    it stops a run whose ``global_batch_size`` was thereby dropped (the config carries no ``run_plan``
-    record: it would train the paper's schedule with the per-device batch), and warns about the other
-    steps missing.
-    """
+    """Stop (global batch dropped) or warn when another runner built a config naming a vit_plugin runner."""
     priority = 'VERY_HIGH'
 
     def before_run(self, runner) -> None:
@@ -136,8 +102,7 @@ class RunnerCheckHook(Hook):
 
 
 class _PlannedRunner:
-    """What vit_plugin's two runners add to mmengine's: the plan applied before the build, the
-    ``custom_keys`` check once the optimizer is built, and the signals given back when the run ends."""
+    """Mixin of vit_plugin's runners: the ``custom_keys`` check, and signals released at the end."""
     _custom_keys_checked = False
 
     def load_or_resume(self) -> None:
@@ -158,11 +123,7 @@ class _PlannedRunner:
 
 @RUNNERS.register_module()
 class Runner(_PlannedRunner, MMEngineRunner):
-    """mmengine's ``Runner``, built from the config with the run plan of this process applied.
-
-    Name it in a config with ``runner_type='vit_plugin.Runner'``; build it with ``RUNNERS.build(cfg)``
-    (what mmengine's, mmpretrain's and mmdet's tools do) or ``Runner.from_cfg(cfg)`` of this class.
-    """
+    """mmengine's ``Runner`` built with the run plan applied (``'vit_plugin.Runner'``); refuses a ``strategy``."""
 
     @classmethod
     def from_cfg(cls, cfg: Config) -> 'Runner':
@@ -174,8 +135,7 @@ class Runner(_PlannedRunner, MMEngineRunner):
 
 @RUNNERS.register_module()
 class FlexibleRunner(_PlannedRunner, MMEngineFlexibleRunner):
-    """mmengine's ``FlexibleRunner`` (the config's ``strategy`` wraps the model: FSDP2, XLA), built from
-    the config with the run plan of this process applied; ``runner_type='vit_plugin.FlexibleRunner'``."""
+    """mmengine's ``FlexibleRunner`` (a ``strategy`` wraps the model), built with the run plan applied."""
 
     @classmethod
     def from_cfg(cls, cfg: Config) -> 'FlexibleRunner':

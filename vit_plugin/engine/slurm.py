@@ -1,9 +1,4 @@
-"""The process-group variables of a task that ``srun`` started (``tools/slurm_train.sh``).
-
-mmengine's SLURM launcher sets them itself on GPU hosts (and binds each task to its GPU); on a host
-without GPUs it stops at ``torch.cuda.set_device``, so ``vit_plugin.Runner`` sets them with
-:func:`slurm_env` and joins the process group over Gloo.
-"""
+"""The process-group variables of a task ``srun`` started, for hosts where mmengine's SLURM set-up needs CUDA."""
 import os
 import re
 import shutil
@@ -34,11 +29,10 @@ def _master_address(nodelist: str) -> str:
 def slurm_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` of this task.
 
-    ``MASTER_ADDR`` and ``MASTER_PORT`` from the environment win (as in mmengine); otherwise the
-    first host of ``SLURM_NODELIST`` and port 29500.
+    Address and port from the environment win; else the first host of ``SLURM_NODELIST`` and 29500.
 
     Raises:
-        KeyError: not inside an ``srun`` task (``SLURM_PROCID`` / ``SLURM_NTASKS`` missing).
+        KeyError: Not inside an ``srun`` task.
     """
     env = os.environ if environ is None else environ
     missing = [k for k in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST') if k not in env]

@@ -1,9 +1,5 @@
-"""The dashboards a run writes to: mmengine's visualization backends named in ``visualizer.vis_backends``
-(``tools/train.py --vis tensorboard|wandb|mlflow``) and the package each one needs.
-
-mmengine imports a backend's package while it builds the runner (to record the config) and stops with
-an ``ImportError`` traceback; the run plan looks the packages up first (:func:`check_vis_backends`), so a
-missing one stops the run before anything is built, with a message. See docs/monitoring.md.
+"""The visualization backends ``visualizer.vis_backends`` names and the package each needs, checked
+before anything is built. See docs/monitoring.md.
 """
 import importlib.util
 from typing import Iterable, List, Optional, Tuple
@@ -35,9 +31,7 @@ def backend_types(visualizer) -> List[str]:
 
 
 def add_vis_backends(visualizer, names: Iterable[str]) -> dict:
-    """``visualizer`` (a config dict, or None for mmengine's default) with the backends of ``names``
-    (:data:`VIS_BACKENDS`) added after those it has (``LocalVisBackend``, which writes ``scalars.json``,
-    where it has none); a backend it names already is not added twice."""
+    """``visualizer`` with the backends of ``names`` added after its own (a ``LocalVisBackend`` first); none twice."""
     out = dict(visualizer or dict(type='Visualizer'))
     backends = list(out.get('vis_backends') or [dict(type='LocalVisBackend')])
     for name in names:
@@ -48,8 +42,7 @@ def add_vis_backends(visualizer, names: Iterable[str]) -> dict:
 
 
 def missing_vis_packages(visualizer) -> List[Tuple[str, str, str]]:
-    """``(backend type, module, install command)`` of each backend of ``visualizer`` whose package is not
-    installed (looked up with ``importlib.util.find_spec``, not imported)."""
+    """``(backend type, module, install command)`` of each backend whose package is not installed (not imported)."""
     missing = []
     for kind in backend_types(visualizer):
         module, install = BACKEND_PACKAGES.get(kind, (None, None))

@@ -16,11 +16,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def pool_features(output, token_pool: str = 'cls') -> torch.Tensor:
-    """Reduce a model output to one vector per image, (B, D).
-
-    Tuples give their last entry; maps (B, D, h, w) are averaged; tokens (B, N, D) give the class
-    token (``token_pool='cls'``) or the token mean (``'mean'``).
-    """
+    """One vector per image (B, D): a tuple's last entry; maps averaged; tokens by ``token_pool`` 'cls' or 'mean'."""
     while isinstance(output, (tuple, list)):
         if not output:
             raise ValueError('the model returned an empty tuple of features')
@@ -71,18 +67,10 @@ def iter_feature_records(model: nn.Module,
                          split: str,
                          feature_stage: Optional[str] = 'pre_logits',
                          token_pool: str = 'cls') -> Iterator[tuple]:
-    """Yield ``(data_batch, records)`` per batch; a record is dict(feat, gt_label, split, sample_idx).
+    """Yield ``(data_batch, records)``, records dict(feat, gt_label, split, sample_idx), float32 CPU features.
 
-    The model is used as it is (call ``model.eval()`` first); features are float32 CPU tensors.
-
-    Args:
-        model (nn.Module): The (possibly wrapped) model.
-        dataloader (Iterable): Yields mmengine data batches.
-        split (str): Tag stored in each record ('support' or 'query').
-        feature_stage (str, optional): ``extract_feat``'s ``stage`` for mmpretrain classifiers:
-            'backbone', 'neck' or 'pre_logits'. Defaults to 'pre_logits'.
-        token_pool (str): See :func:`pool_features`. Defaults to 'cls'.
-    """
+    The model runs as it is (call ``model.eval()`` first); ``feature_stage`` is ``extract_feat``'s ``stage``
+    ('backbone', 'neck', 'pre_logits'); ``token_pool`` as :func:`pool_features`."""
     if feature_stage is not None and feature_stage not in FEATURE_STAGES:
         raise ValueError(f'feature_stage must be one of {FEATURE_STAGES} or None, got {feature_stage!r}')
     model = unwrap_model(model)

@@ -1,7 +1,4 @@
-"""Few-shot linear evaluation as in the paper: closed-form regularised least squares to {-1, 1}^K.
-
-See docs/evaluation.md#few-shot-linear-evaluation.
-"""
+"""Few-shot linear evaluation of the paper (docs/evaluation.md#few-shot-linear-evaluation)."""
 import math
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -31,16 +28,9 @@ def signed_one_hot(labels, num_classes: int) -> torch.Tensor:
 
 
 class RidgeSolver:
-    """Closed-form ridge regression ``min ||X W + b - Y||^2 + l2 ||W||^2`` (bias unpenalised), any l2.
+    """Closed-form ridge ``min ||X W + b - Y||^2 + l2 ||W||^2`` (bias free) for any l2, from one float64 SVD.
 
-    One thin float64 SVD of the centred features; each regulariser then costs a few products.
-
-    Args:
-        features (array-like): Support features (N, D).
-        targets (array-like): Regression targets (N, K), e.g. from :func:`signed_one_hot`.
-        standardize (bool): Standardise features with the support statistics. Defaults to True.
-        eps (float): Added to the standard deviation. Defaults to 1e-6.
-    """
+    ``features`` (N, D), ``targets`` (N, K); ``standardize`` with the support statistics (+ ``eps``)."""
 
     def __init__(self, features, targets, standardize: bool = True, eps: float = 1e-6):
         x, y = _as_float64(features), _as_float64(targets)
@@ -91,11 +81,7 @@ class RidgeSolver:
 
 
 def select_l2(solver: RidgeSolver, features, labels, l2_grid: Sequence[float] = DEFAULT_L2_GRID) -> Tuple[float, float]:
-    """The regulariser of ``l2_grid`` with the best accuracy on ``(features, labels)``; ties: the largest.
-
-    Returns:
-        tuple: (chosen l2, its accuracy in percent).
-    """
+    """(l2 of ``l2_grid`` with the best accuracy on ``(features, labels)``, ties the largest; accuracy in %)."""
     best = (-1.0, 0.0)
     for l2 in sorted(l2_grid):
         acc = solver.accuracy(features, labels, l2)
@@ -114,24 +100,10 @@ def fewshot_linear_eval(support_feats,
                         l2_grid: Sequence[float] = DEFAULT_L2_GRID,
                         num_classes: Optional[int] = None,
                         standardize: bool = True) -> Dict[int, dict]:
-    """Few-shot linear top-1 accuracy for every shot count.
+    """Few-shot linear top-1 accuracy of ``query`` after ``k``-shot draws of ``support``, for every shot.
 
-    Args:
-        support_feats (array-like): Features of the labelled pool (M, D).
-        support_labels (array-like): Their class indices (M,).
-        query_feats (array-like): Features of the evaluation set (Q, D).
-        query_labels (array-like): Their class indices (Q,).
-        shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25).
-        seed (int): Seed of the k-shot and held-out draw. Defaults to 0.
-        num_holdout_per_class (int): Held-out samples per class that choose the regulariser;
-            0 requires a single-value ``l2_grid``. Defaults to 2.
-        l2_grid (Sequence[float]): Candidate regularisers. Defaults to :data:`DEFAULT_L2_GRID`.
-        num_classes (int, optional): K. Defaults to None: 1 + the largest label.
-        standardize (bool): See :class:`RidgeSolver`. Defaults to True.
-
-    Returns:
-        dict: shot -> dict(top1 (%), l2, holdout_top1 (% or None), num_support=k * K).
-    """
+    ``num_holdout_per_class`` support samples per class choose the regulariser of ``l2_grid`` (0: one
+    value only). Returns shot -> dict(top1 (%), l2, holdout_top1 (% or None), num_support=k * K)."""
     support_labels, query_labels = as_labels(support_labels), as_labels(query_labels)
     if num_classes is None:
         num_classes = int(max(support_labels.max(initial=-1), query_labels.max(initial=-1))) + 1

@@ -1,8 +1,6 @@
-"""The few-shot linear evaluation as an mmengine metric, a validation loop and a reusable runner.
+"""Few-shot linear evaluation as an mmengine metric and validation loop, through :func:`run_fewshot_eval`.
 
-The loop, ``vit_plugin.FewShotEvalHook`` and ``tools/fewshot_eval.py`` all go through
-:func:`run_fewshot_eval`. See docs/evaluation.md.
-"""
+See docs/evaluation.md#few-shot-linear-evaluation."""
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
@@ -20,10 +18,7 @@ SPLITS = ('support', 'query')
 
 @METRICS.register_module()
 class FewShotLinearMetric(BaseMetric):
-    """Few-shot linear top-1 accuracy (regularised least squares to {-1, 1}^K, closed form).
-
-    ``process`` takes records of :func:`~vit_plugin.evaluation.features.iter_feature_records`.
-    Metrics: ``fewshot/{k}shot_top1`` and ``fewshot/{k}shot_log2_l2``.
+    """Few-shot linear top-1 (``fewshot/{k}shot_top1``, ``fewshot/{k}shot_log2_l2``) of feature records.
 
     Args:
         shots (Sequence[int]): Shot counts. Defaults to (1, 5, 10, 25).
@@ -104,19 +99,9 @@ def run_fewshot_eval(model: torch.nn.Module,
                      evaluator: Union[Evaluator, BaseMetric],
                      feature_stage: Optional[str] = 'pre_logits',
                      token_pool: str = 'cls') -> Dict[str, float]:
-    """Extract frozen features of both dataloaders with ``model`` (in eval mode) and evaluate them.
+    """Frozen features of both loaders (``model`` in eval mode, mode restored) -> the evaluator's metrics.
 
-    Args:
-        model (nn.Module): The (possibly wrapped) model; its mode is restored afterwards.
-        support_dataloader (Iterable): Labelled pool, with a deterministic test pipeline.
-        query_dataloader (Iterable): The evaluation set.
-        evaluator (Evaluator | BaseMetric): Holds a :class:`FewShotLinearMetric`.
-        feature_stage (str, optional): See :func:`iter_feature_records`. Defaults to 'pre_logits'.
-        token_pool (str): See :func:`iter_feature_records`. Defaults to 'cls'.
-
-    Returns:
-        dict: Metric name -> value (the same on every rank).
-    """
+    Same result on every rank; ``feature_stage``, ``token_pool`` as :func:`iter_feature_records`."""
     if isinstance(evaluator, BaseMetric):
         evaluator = Evaluator([evaluator])
     was_training = model.training
@@ -136,15 +121,14 @@ def run_fewshot_eval(model: torch.nn.Module,
 
 @LOOPS.register_module()
 class FewShotValLoop(BaseLoop):
-    """Validation loop that reports few-shot linear accuracy instead of running the model's head.
+    """Validation loop reporting few-shot linear accuracy instead of running the model's head.
 
     Args:
         runner (Runner): The runner.
         dataloader (DataLoader | dict): The query set.
         evaluator (Evaluator | dict | list): Holds a ``vit_plugin.FewShotLinearMetric``.
         support_dataloader (DataLoader | dict): The support pool (test pipeline).
-        feature_stage (str, optional): See :func:`iter_feature_records`. Defaults to 'pre_logits'.
-        token_pool (str): See :func:`iter_feature_records`. Defaults to 'cls'.
+        feature_stage, token_pool: See :func:`iter_feature_records`.
     """
 
     def __init__(self, runner, dataloader, evaluator, support_dataloader, feature_stage: Optional[str] = 'pre_logits',

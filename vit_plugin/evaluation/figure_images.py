@@ -35,12 +35,8 @@ def _to_display(inputs: torch.Tensor, model: nn.Module) -> np.ndarray:
 
 def images_from_config(cfg, model: nn.Module, num_images: int = 16, split: str = 'test',
                        device: str = 'cpu') -> Tuple[torch.Tensor, np.ndarray]:
-    """``num_images`` images spread evenly over the config's test (or val) dataset, through its pipeline.
-
-    Returns:
-        tuple: model inputs (B, C, H, W) on ``device`` (normalised) and display images (B, H, W, 3)
-        in [0, 1].
-    """
+    """``num_images`` test images spread over the config's dataset -> (normalised inputs on ``device``,
+    display images (B, H, W, 3) in [0, 1])."""
     from mmengine.runner import Runner
 
     key = f'{split}_dataloader'

@@ -76,12 +76,7 @@ def plot_pos_embed_similarity(similarity: torch.Tensor, out: str, title: str = '
 
 
 def plot_attention_distance(distances: torch.Tensor, out: str, image_size: Sequence[int], title: str = '') -> str:
-    """Mean attention distance of every head (dots) against depth (Fig. 7 right).
-
-    Args:
-        distances (Tensor): (layers, heads) in pixels.
-        image_size (tuple[int, int]): For the y-axis limit (the image diagonal).
-    """
+    """Mean attention distance (layers, heads) in pixels against depth (Fig. 7 right)."""
     plt = _plt()
     layers, heads = distances.shape
     fig, ax = plt.subplots(figsize=(4.2, 3.4))

@@ -1,7 +1,4 @@
-"""Parameter and FLOP counts of ViT models, next to the paper's Table 1.
-
-Closed-form for the standard models; one multiply-add counts as one FLOP (docs/evaluation.md#figures).
-"""
+"""Parameter and FLOP counts of ViT models next to Table 1; 1 multiply-add = 1 FLOP (docs/evaluation.md#figures)."""
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -39,10 +36,8 @@ def vit_param_count(arch='base', patch_size=16, img_size=224, in_channels: int =
 
 def vit_flops(arch='base', patch_size=16, img_size=224, in_channels: int = 3, num_classes: int = 1000,
               with_cls_token: bool = True) -> int:
-    """Multiply-adds of one forward pass of a plain ViT classifier on one image.
-
-    Patch embedding ``N * C*ph*pw * D``; per block ``3 T D^2 + 2 T^2 D + T D^2 + 2 T D M``; head ``D K``.
-    """
+    """Multiply-adds of one plain ViT classifier forward on one image: patches ``N * C*ph*pw * D``, per block
+    ``3 T D^2 + 2 T^2 D + T D^2 + 2 T D M``, head ``D K``."""
     d = _dims(arch)
     D, M, L = d['embed_dims'], d['mlp_dims'], d['num_layers']
     ph, pw = to_2tuple(patch_size)

@@ -36,16 +36,10 @@ def _state_dict_of(checkpoint, filename: str) -> dict:
 
 
 def load_checkpoint_checked(model: nn.Module, filename: str, vit_prefix: str) -> dict:
-    """Load ``filename`` into ``model``; every ViT weight must be present with its shape.
+    """Load ``filename`` into ``model``: every ViT weight present with its shape, others when they fit.
 
-    Backbone-only checkpoints are accepted; other weights load when they fit and are reported.
-
-    Returns:
-        dict: ``unexpected`` and ``missing`` non-ViT keys (lists).
-
-    Raises:
-        WrongModelError: ViT weights missing or of other shapes.
-    """
+    Returns ``unexpected`` and ``missing`` non-ViT keys. Raises WrongModelError for missing or misshapen ViT
+    weights."""
     state = _state_dict_of(CheckpointLoader.load_checkpoint(filename, map_location='cpu'), filename)
     model_state = model.state_dict()
     if vit_prefix and not any(k.startswith(vit_prefix) for k in state) and \

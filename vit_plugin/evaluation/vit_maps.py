@@ -1,23 +1,12 @@
-"""The quantities behind the paper's Figures 6 and 7, computed from a ViT's weights and attention.
-
-See docs/evaluation.md#figures.
-"""
+"""The quantities behind the paper's Figures 6 and 7 (docs/evaluation.md#figures)."""
 from typing import List, Sequence, Tuple
 
 import torch
 
 
 def patch_embedding_components(weight: torch.Tensor, num_components: int = 28) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Top principal components of the patch-embedding filters (centred on their mean).
-
-    Args:
-        weight (Tensor): The patch-embedding kernel (D, C, ph, pw).
-        num_components (int): At most min(D, C*ph*pw). Defaults to 28.
-
-    Returns:
-        tuple: Components (k, C, ph, pw) of unit norm (arbitrary sign), and the variance fraction
-        each explains (k,).
-    """
+    """Top principal components (k, C, ph, pw) of the centred patch filters, unit norm, and their variance
+    fractions (k,)."""
     if weight.dim() != 4:
         raise ValueError(f'expected a convolution kernel (D, C, ph, pw), got shape {tuple(weight.shape)}')
     filters = weight.detach().double().flatten(1)
@@ -30,16 +19,7 @@ def patch_embedding_components(weight: torch.Tensor, num_components: int = 28) -
 
 
 def pos_embed_similarity(pos_embed: torch.Tensor, grid: Sequence[int], num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Cosine similarity of every patch position's embedding to every other one.
-
-    Args:
-        pos_embed (Tensor): (1, prefix + rows*cols, D) or (prefix + rows*cols, D).
-        grid (tuple[int, int]): (rows, cols) of the table.
-        num_prefix_tokens (int): Leading non-patch entries. Defaults to 1.
-
-    Returns:
-        Tensor: (rows, cols, rows, cols); ``[i, j]`` is the map of position (i, j).
-    """
+    """Cosine similarity (rows, cols, rows, cols) of each position's embedding to every other (prefix skipped)."""
     table = pos_embed.detach().float().reshape(-1, pos_embed.shape[-1])[num_prefix_tokens:]
     rows, cols = int(grid[0]), int(grid[1])
     if table.shape[0] != rows * cols:
@@ -60,17 +40,7 @@ def patch_distances(grid: Sequence[int], patch_px: Sequence[float]) -> torch.Ten
 
 def mean_attention_distance(attn: torch.Tensor, grid: Sequence[int], patch_px: Sequence[float],
                             num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Attention-weighted mean query-key distance of every head, over patch tokens only.
-
-    Args:
-        attn (Tensor): Attention weights (B, heads, N, N) of one layer.
-        grid (tuple[int, int]): Patch grid (rows, cols), N = prefix + rows*cols.
-        patch_px (tuple[float, float]): Pixel height and width of one patch.
-        num_prefix_tokens (int): Leading non-patch tokens. Defaults to 1.
-
-    Returns:
-        Tensor: (B, heads) mean attention distance in pixels, float64.
-    """
+    """(B, heads) float64 attention-weighted query-key distance in pixels, over patch tokens only."""
     p = num_prefix_tokens
     rows, cols = int(grid[0]), int(grid[1])
     if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2] or attn.shape[-1] != p + rows * cols:
@@ -83,16 +53,7 @@ def mean_attention_distance(attn: torch.Tensor, grid: Sequence[int], patch_px: S
 
 def attention_rollout(attentions: Sequence[torch.Tensor], residual: bool = True,
                       head_fusion: str = 'mean') -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): ``R = A_L ... A_1`` of head-fused, residual-mixed maps.
-
-    Args:
-        attentions (Sequence[Tensor]): (B, heads, N, N) per layer, first layer first.
-        residual (bool): Use ``0.5 * A + 0.5 * I``. Defaults to True.
-        head_fusion (str): 'mean', 'max' or 'min' over heads. Defaults to 'mean'.
-
-    Returns:
-        Tensor: (B, N, N); row i is how much every input token flows into output token i.
-    """
+    """Attention rollout (Abnar & Zuidema): (B, N, N) ``R = A_L ... A_1`` of head-fused, residual-mixed maps."""
     if not attentions:
         raise ValueError('attention rollout needs the attention maps of at least one layer')
     fuse = {'mean': lambda a: a.mean(1), 'max': lambda a: a.amax(1), 'min': lambda a: a.amin(1)}

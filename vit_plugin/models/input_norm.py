@@ -1,7 +1,4 @@
-"""Does the model normalise its inputs the way its loaded weights were trained?
-
-See docs/inference.md and docs/checkpoints.md#numerics-records.
-"""
+"""Does the model normalise inputs as its weights expect? (docs/checkpoints.md#numerics-records)"""
 import logging
 from typing import List, Optional, Tuple
 
@@ -29,15 +26,7 @@ def _differs(a, b) -> bool:
 
 
 def check_input_normalization(model: nn.Module, warn: bool = True) -> List[str]:
-    """Compare every ViT's ``expected_input_norm`` with the model's data preprocessor.
-
-    Args:
-        model (nn.Module): An mmengine model (or a wrapper around one).
-        warn (bool): Log each mismatch as a warning. Defaults to True.
-
-    Returns:
-        list[str]: One message per backbone whose weights expect another normalisation.
-    """
+    """One message (logged if ``warn``) per ViT whose ``expected_input_norm`` differs from the preprocessor's."""
     model = getattr(model, 'module', model)  # DDP and friends
     recorded = [(name, module.expected_input_norm) for name, module in model.named_modules()
                 if getattr(module, 'expected_input_norm', None) is not None]

@@ -1,7 +1,4 @@
-"""Building blocks of the ViT encoder: patch embedding, attention, MLPs, layer scale, the block.
-
-Parameter names follow timm's (``patch_embed.proj``, ``blocks.N.attn.qkv`` ...). See docs/backbone.md.
-"""
+"""Building blocks of the ViT encoder; parameter names follow timm's. See docs/backbone.md."""
 from typing import Optional, Tuple
 
 import torch
@@ -20,12 +17,7 @@ def lecun_normal_(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def pad_to_patch_multiple(x: torch.Tensor, patch_size: Tuple[int, int], mode: str = 'corner') -> torch.Tensor:
-    """Zero-pad images (..., H, W) up to the next multiple of the patch size.
-
-    Args:
-        x (Tensor): Images or feature maps (..., H, W).
-        patch_size (tuple[int, int]): Patch height and width.
-        mode (str): 'corner' pads bottom/right; 'same' splits it, the odd pixel bottom/right.
+    """Zero-pad (..., H, W) to multiples of ``patch_size``; ``mode`` 'corner' (bottom/right) or 'same' (split).
 
     Raises:
         ValueError: An unknown ``mode``.
@@ -41,14 +33,7 @@ def pad_to_patch_multiple(x: torch.Tensor, patch_size: Tuple[int, int], mode: st
 
 
 class PatchEmbed(nn.Module):
-    """Non-overlapping patches, each projected linearly (one conv, kernel = stride = patch).
-
-    Args:
-        patch_size (tuple[int, int]): Patch height and width.
-        in_channels (int): Input channels. Defaults to 3.
-        embed_dims (int): Output width D. Defaults to 768.
-        bias (bool): Bias of the projection. Defaults to True.
-    """
+    """Non-overlapping patches projected by one conv: (B, C, H, W) -> (B, h*w, ``embed_dims``), (h, w)."""
 
     def __init__(self, patch_size: Tuple[int, int], in_channels: int = 3, embed_dims: int = 768, bias: bool = True):
         super().__init__()
@@ -65,19 +50,9 @@ class PatchEmbed(nn.Module):
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor] = None,
            dropout_p: float = 0., return_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``softmax(q k^T / sqrt(d) + bias) v``: the one attention computation of the encoder.
+    """``softmax(q k^T / sqrt(d) + bias) v`` -> (output, weights if ``return_weights`` else None).
 
-    Args:
-        q, k, v (Tensor): Queries (..., N, d), keys and values (..., M, d).
-        bias (Tensor, optional): Broadcastable to (..., N, M): an additive float bias or a boolean
-            mask, True where attention is allowed.
-        dropout_p (float): Dropout on the weights; 0 outside training.
-        return_weights (bool): Compute the softmax explicitly and return the weights; otherwise
-            ``F.scaled_dot_product_attention`` runs.
-
-    Returns:
-        tuple: Output (..., N, d) and weights (..., N, M) or None.
-    """
+    ``bias``: additive float, or bool mask (True = allowed), broadcastable to (..., N, M)."""
     if not return_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
     logits = (q * q.shape[-1]**-0.5) @ k.transpose(-2, -1)
@@ -99,16 +74,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection, global or within windows.
+    """Multi-head self-attention with one fused qkv projection, global or windowed.
 
-    Args:
-        embed_dims (int): Token width D.
-        num_heads (int): Number of heads; must divide D.
-        qkv_bias (bool): Bias on the qkv projection. Defaults to True.
-        attn_drop, proj_drop (float): Dropout on attention weights / after the projection (0).
-        rel_pos_size (tuple[int, int], optional): Grid (rows, cols) of the zero-initialised relative
-            position tables (:mod:`vit_plugin.models.rel_pos`). None: no relative bias.
-    """
+    ``rel_pos_size`` (rows, cols) adds zero-initialised relative position tables (:mod:`.rel_pos`)."""
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
                  proj_drop: float = 0., rel_pos_size: Optional[Tuple[int, int]] = None):
@@ -136,9 +104,7 @@ class Attention(nn.Module):
         return self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims)
 
     def rel_pos_bias(self, q: torch.Tensor, grid: Optional[Tuple[int, int]], span: int = 0) -> Optional[torch.Tensor]:
-        """Relative position bias (..., N, N) of queries ``q`` (..., N, d), or None without tables.
-
-        Prefix tokens get zero rows and columns; ``span`` > 0 limits the offsets to windows of that size.
+        """Relative position bias (..., N, N) for ``q``, or None without tables; zero for prefix tokens.
 
         Raises:
             ValueError: ``grid`` is None although the tables need it.
@@ -153,16 +119,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None,
                 window_size: int = 0, num_prefix_tokens: int = 1):
-        """(B, N, C) -> (B, N, C); with ``return_attention`` also the (B, heads, N, N) weights.
+        """(B, N, C) -> (B, N, C), and the (B, heads, N, N) weights with ``return_attention``.
 
-        Args:
-            x (Tensor): Tokens (B, N, C), prefix (class) tokens first.
-            return_attention (bool): Also return the weights (dense, zero outside windows).
-            grid (tuple[int, int], optional): (rows, cols) of the patches; needed with windows or
-                relative position bias.
-            window_size (int): If > 0, patch queries attend within windows of this side. Defaults to 0.
-            num_prefix_tokens (int): Tokens before the patches (windowed attention). Defaults to 1.
-        """
+        ``grid`` is needed with windows (``window_size`` > 0) or relative position bias."""
         if window_size and grid is None:
             raise ValueError('a windowed-attention block needs the patch grid: call block(x, grid=(rows, cols))')
         if window_size and not return_attention:
@@ -180,20 +139,7 @@ class Attention(nn.Module):
 
 def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_tokens: int = 1,
                           device: Optional[torch.device] = None) -> torch.Tensor:
-    """Which token may attend to which under windowed attention, as a dense (N, N) bool matrix.
-
-    Patch tokens see the prefix tokens and their own window (tiled from the top-left); prefix tokens
-    see everything.
-
-    Args:
-        grid (tuple[int, int]): Patch grid (rows, cols).
-        window_size (int): Window side in patches.
-        num_prefix_tokens (int): Tokens in front of the patches. Defaults to 1.
-        device (torch.device, optional): Device of the mask.
-
-    Returns:
-        torch.Tensor: (N, N) bool, True where allowed, N = prefix + rows * cols.
-    """
+    """(N, N) bool mask of windowed attention (True = allowed): patches see the prefix and their window."""
     rows = torch.arange(grid[0], device=device) // window_size
     cols = torch.arange(grid[1], device=device) // window_size
     window_id = (rows[:, None] * grid[1] + cols[None, :]).flatten()
@@ -206,19 +152,9 @@ def window_attention_mask(grid: Tuple[int, int], window_size: int, num_prefix_to
 
 def windowed_attention(attn: Attention, x: torch.Tensor, grid: Tuple[int, int], window_size: int,
                        num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Self-attention within non-overlapping windows of the patch grid (ViTDet's local blocks).
+    """Attention within windows of the patch grid, padding masked, prefix global (docs/detection.md).
 
-    Padding to whole windows is masked; prefix tokens stay global. See docs/detection.md.
-
-    Args:
-        attn (Attention): The block's attention module.
-        x (torch.Tensor): Normalised tokens (B, N, C), prefix tokens first.
-        grid (tuple[int, int]): Patch grid (rows, cols).
-        window_size (int): Window side in patches.
-        num_prefix_tokens (int): Defaults to 1.
-
-    Returns:
-        torch.Tensor: (B, N, C) after the output projection.
+    Returns (B, N, C) after the output projection.
 
     Raises:
         ValueError: N does not match the grid and the prefix.
@@ -279,15 +215,7 @@ ACTIVATIONS = ('gelu', 'quick_gelu')
 
 
 class Mlp(nn.Module):
-    """Two dense layers with GELU in between.
-
-    Args:
-        embed_dims (int): Input/output width D.
-        hidden_dims (int): Hidden width (the paper's "MLP size").
-        gelu_approximate (str): 'none' (exact) or 'tanh' (official Flax). Defaults to 'none'.
-        drop (float): Dropout after each dense layer. Defaults to 0.
-        activation (str): 'gelu' or 'quick_gelu' (CLIP). Defaults to 'gelu'.
-    """
+    """fc1 -> GELU (``gelu_approximate`` 'none'/'tanh') or 'quick_gelu' ``activation`` -> fc2, dropout ``drop``."""
 
     def __init__(self, embed_dims: int, hidden_dims: int, gelu_approximate: str = 'none', drop: float = 0.,
                  activation: str = 'gelu'):
@@ -310,15 +238,7 @@ def swiglu_hidden_dims(mlp_dims: int) -> int:
 
 
 class SwiGLUMlp(nn.Module):
-    """SwiGLU MLP ``fc2(silu(a) * b)``, ``(a, b)`` the halves of one packed ``fc1`` (DINOv2-g).
-
-    Names equal timm's ``SwiGLUPacked``. See docs/backbone.md#archs.
-
-    Args:
-        embed_dims (int): Input/output width D.
-        hidden_dims (int): Width of each half (:func:`swiglu_hidden_dims`).
-        drop (float): Dropout after the gating and after ``fc2``. Defaults to 0.
-    """
+    """SwiGLU MLP ``fc2(silu(a) * b)`` over the halves of one packed ``fc1``, named as timm's ``SwiGLUPacked``."""
 
     def __init__(self, embed_dims: int, hidden_dims: int, drop: float = 0.):
         super().__init__()
@@ -333,12 +253,7 @@ class SwiGLUMlp(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """Learned per-channel scale of a residual branch (DINOv2).
-
-    Args:
-        embed_dims (int): Channels.
-        init_value (float): Initial scale.
-    """
+    """Learned per-channel scale ``x * gamma`` of a residual branch, ``gamma`` starting at ``init_value``."""
 
     def __init__(self, embed_dims: int, init_value: float):
         super().__init__()
@@ -349,22 +264,10 @@ class LayerScale(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Pre-norm Transformer block: ``x + ls1 * MSA(LN(x))``, then ``x + ls2 * MLP(LN(x))``.
+    """Pre-norm block: ``x + ls1 * MSA(LN(x))``, then ``x + ls2 * MLP(LN(x))``.
 
-    Args:
-        embed_dims (int): Token width D.
-        num_heads (int): Attention heads.
-        mlp_dims (int): MLP hidden width (SwiGLU: the nominal width, :func:`swiglu_hidden_dims`).
-        qkv_bias, drop, attn_drop, drop_path (bool, float): qkv bias (True), dropout after the
-            attention projection and in the MLP, dropout on attention weights, stochastic depth (0).
-        norm_eps (float): LayerNorm epsilon. Defaults to 1e-6.
-        gelu_approximate, activation (str): See :class:`Mlp`.
-        window_size (int): If > 0, windowed attention (:func:`windowed_attention`). Defaults to 0.
-        num_prefix_tokens (int): Tokens in front of the patches. Defaults to 1.
-        rel_pos_grid (tuple[int, int], optional): Grid of relative position tables (windowed blocks
-            size theirs to the window). None: no relative bias.
-        layer_scale_init_value (float): If > 0, :class:`LayerScale` on both branches. Defaults to 0.
-        ffn_type (str): 'origin' (:class:`Mlp`) or 'swiglu_fused' (:class:`SwiGLUMlp`).
+    Keywords as :class:`Attention` and :class:`Mlp`; ``ffn_type`` 'origin' or 'swiglu_fused'
+    (:class:`SwiGLUMlp`); ``layer_scale_init_value`` > 0 adds :class:`LayerScale`.
 
     Raises:
         ValueError: A negative ``window_size`` or an unknown ``ffn_type``.
@@ -405,10 +308,7 @@ class EncoderBlock(nn.Module):
         return (x, weights) if return_attention else x
 
     def forward(self, x: torch.Tensor, return_attention: bool = False, grid: Optional[Tuple[int, int]] = None):
-        """Tokens (B, N, D) -> (B, N, D); with ``return_attention`` also the (B, heads, N, N) weights.
-
-        ``grid`` (rows, cols) is needed by windowed blocks and with relative position bias.
-        """
+        """Tokens (B, N, D) -> (B, N, D), and the weights with ``return_attention``; ``grid`` as :class:`Attention`."""
         if self.with_cp and self.training and x.requires_grad and not return_attention:
             # Activation checkpointing: keep only the block input, recompute the rest in backward.
             return checkpoint(self._forward, x, grid, use_reentrant=False)

@@ -1,8 +1,6 @@
-"""Adapting an incoming state dict to a ViT's layout (shapes and key names), whatever path loads it.
+"""Adapting an incoming state dict's shapes and key names to a ViT, on every loading path.
 
-It changes tensors and their names, never the model; the numerics records are left for
-:func:`vit_plugin.models.numerics.apply_checkpoint_numerics`. See docs/checkpoints.md#every-loading-path.
-"""
+Tensors and names only, never the model (docs/checkpoints.md#every-loading-path)."""
 import math
 import re
 from typing import Dict, List, Optional, Tuple
@@ -235,23 +233,13 @@ def _resize_pos_embed(model, state_dict, key, table, old_grid, mode, mode_source
 
 
 def adapt_vit_state_dict(model, state_dict: Dict[str, torch.Tensor], prefix: str = '') -> List[str]:
-    """Adapt ``state_dict`` in place so that its ``prefix`` part loads into ``model``.
+    """Adapt the ``prefix`` part of ``state_dict`` in place to ``model``: keys, patch kernel, position tables.
 
-    Takes a whole model's ``backbone.`` part, renames mmpretrain keys, refuses another architecture,
-    resizes the patch kernel, the relative position tables and ``pos_embed`` (with the recorded resize
-    mode, else ``model.pos_embed_load_mode``). See docs/checkpoints.md#every-loading-path.
-
-    Args:
-        model (ViT): The receiving backbone.
-        state_dict (dict): Incoming weights; modified in place.
-        prefix (str): Key prefix of the backbone inside ``state_dict`` (e.g. 'backbone.').
-
-    Returns:
-        list[str]: One message per change made (already logged).
+    Returns the messages logged, one per change.
 
     Raises:
-        ValueError: The weights belong to another architecture, a whole model's backbone part is
-            ambiguous, or the source grid of a non-square table cannot be inferred.
+        ValueError: Weights of another architecture, an ambiguous whole-model ``backbone.`` part, or a
+            non-square table whose source grid cannot be inferred.
     """
     key = prefix + 'pos_embed'
     messages = _take_backbone_part(model, state_dict, prefix)

@@ -1,7 +1,4 @@
-"""A ViT's numerics (GELU, LayerNorm eps, input normalisation) and what loading does with their records.
-
-See docs/checkpoints.md#numerics-records.
-"""
+"""A ViT's numerics (GELU, LayerNorm eps, input norm) and their records (docs/checkpoints.md#numerics-records)."""
 import logging
 import struct
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -21,12 +18,7 @@ InputNorm = Tuple[Tuple[float, ...], Tuple[float, ...]]
 
 
 def parse_input_norm(value: Union[None, dict, Sequence]) -> Optional[InputNorm]:
-    """``expected_input_norm`` as the model keeps it: ``((mean,) * 3, (std,) * 3)`` in 0..255 units.
-
-    Args:
-        value (dict | sequence | None): ``dict(mean=[...], std=[...])``, a ``(mean, std)`` pair, or
-            None (not declared).
-    """
+    """``expected_input_norm`` (dict, (mean, std) pair or None) -> ``((mean,) * 3, (std,) * 3)``, 0..255 units."""
     if value is None:
         return None
     if isinstance(value, dict):
@@ -87,15 +79,7 @@ def apply_checkpoint_numerics(model, state_dict: Dict[str, torch.Tensor], prefix
                               policy: Optional[str] = None) -> List[str]:
     """Consume the numerics records under ``prefix`` and apply them to ``model`` as ``policy`` says.
 
-    Args:
-        model (ViT): The receiving backbone.
-        state_dict (dict): Incoming weights, already adapted; the records are removed from it.
-        prefix (str): Key prefix of the backbone inside ``state_dict``. Defaults to ''.
-        policy (str, optional): One of :data:`CHECKPOINT_NUMERICS`. Defaults to the model's
-            ``checkpoint_numerics``.
-
-    Returns:
-        list[str]: One line per change made (already logged, as warnings).
+    ``policy``: one of :data:`CHECKPOINT_NUMERICS`, default the model's. Returns the warnings logged.
 
     Raises:
         ValueError: Under ``'error'``, a record differs from the model.

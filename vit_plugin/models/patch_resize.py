@@ -1,7 +1,4 @@
-"""Resizing a patch-embedding kernel to another patch size (FlexiViT's pseudo-inverse resize).
-
-See docs/checkpoints.md#every-loading-path.
-"""
+"""FlexiViT's pseudo-inverse resize of a patch kernel (docs/checkpoints.md#every-loading-path)."""
 from functools import lru_cache
 from typing import Sequence, Tuple, Union
 
@@ -41,18 +38,9 @@ def resize_patch_embed(weight: torch.Tensor,
                        new_size: Union[int, Sequence[int]],
                        mode: str = 'bilinear',
                        antialias: bool = False) -> torch.Tensor:
-    """Pseudo-inverse resize of a patch-embedding kernel: ``w_new = pinv(B^T) w``.
+    """Kernel (O, I, kh, kw) -> (O, I, kh', kw') by ``w_new = pinv(B^T) w``, ``B`` interpolating by ``mode``.
 
-    Args:
-        weight (Tensor): Kernel (out_channels, in_channels, kh, kw).
-        new_size (int | tuple[int, int]): New patch size (kh', kw').
-        mode (str): The interpolation ``B`` relating patches of the two sizes, one of
-            :data:`PATCH_RESIZE_MODES`. Defaults to 'bilinear'.
-        antialias (bool): Whether ``B`` anti-aliases when shrinking. Defaults to False.
-
-    Returns:
-        Tensor: Kernel (out_channels, in_channels, kh', kw'), same dtype and device (solved in float64).
-    """
+    Same dtype and device (solved in float64); ``mode`` one of :data:`PATCH_RESIZE_MODES`."""
     if mode not in PATCH_RESIZE_MODES:
         raise ValueError(f'unknown patch-embedding resize mode {mode!r}; choose one of {PATCH_RESIZE_MODES}')
     if weight.dim() != 4:

@@ -1,7 +1,4 @@
-"""Resizing learned 1D position embeddings as the 2D patch grid they index.
-
-The one home of that interpolation. See docs/checkpoints.md#position-embedding-resize.
-"""
+"""Resizing 1D position embeddings as their 2D grid (docs/checkpoints.md#position-embedding-resize)."""
 import math
 from typing import Optional, Sequence, Tuple, Union
 
@@ -36,12 +33,7 @@ def to_2tuple(value: Union[int, Sequence[int]]) -> Grid:
 
 
 def infer_grid(num_patches: int, grid: Optional[Sequence[int]] = None, what: str = 'pos_embed') -> Grid:
-    """The (rows, cols) grid of a table of ``num_patches`` patch embeddings.
-
-    Args:
-        num_patches (int): Number of patch entries (prefix tokens excluded).
-        grid (tuple[int, int], optional): The grid if known; checked. None: a square grid.
-        what (str): Name used in error messages, e.g. the state-dict key. Defaults to 'pos_embed'.
+    """The (rows, cols) grid of ``num_patches`` entries: ``grid`` checked, or a square one.
 
     Raises:
         ValueError: ``grid`` does not match, or none was given and ``num_patches`` is not square.
@@ -69,21 +61,10 @@ def resize_pos_embed(pos_embed: torch.Tensor,
                      mode: str = 'bicubic',
                      antialias: bool = False,
                      compute_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Resize a position-embedding table to a new patch grid; prefix entries are kept.
+    """Resize ``pos_embed`` ((1,) P + rows*cols, D) to ``new_grid``, keeping the P prefix entries.
 
-    Args:
-        pos_embed (Tensor): (1, num_prefix_tokens + rows*cols, D) or (num_prefix + rows*cols, D).
-        new_grid (int | tuple[int, int]): Target (rows, cols).
-        old_grid (tuple[int, int], optional): Source (rows, cols). None: inferred when square.
-        num_prefix_tokens (int): Leading entries that are not patches. Defaults to 1.
-        mode (str): One of :data:`RESIZE_MODES`. Defaults to 'bicubic'.
-        antialias (bool): Anti-alias when shrinking (bilinear/bicubic only). Defaults to False.
-        compute_dtype (torch.dtype): Least precision of the interpolation; loading paths pass
-            float64 (as scipy). Defaults to float32.
-
-    Returns:
-        Tensor: Same dtype, device and rank as ``pos_embed``.
-    """
+    ``mode`` one of :data:`RESIZE_MODES`; ``compute_dtype`` the least precision (loading uses float64).
+    Returns the same dtype, device and rank."""
     if mode not in RESIZE_MODES:
         raise ValueError(f'unknown position-embedding resize mode {mode!r}; choose one of {RESIZE_MODES}')
     if antialias and mode == 'official':

@@ -1,8 +1,4 @@
-"""Decomposed relative position bias (MViTv2), the attention bias ViTDet adds to a detection ViT.
-
-Bias of query patch (i, j) for key (k, l): ``q . Rh[i - k] + q . Rw[j - l]``; prefix tokens get
-none. See docs/detection.md.
-"""
+"""Decomposed relative position bias (MViTv2, ViTDet): ``q . Rh[i - k] + q . Rw[j - l]`` (docs/detection.md)."""
 from typing import Tuple
 
 import torch
@@ -13,12 +9,7 @@ REL_POS_PARAM_SUFFIXES = ('attn.rel_pos_h', 'attn.rel_pos_w')
 
 
 def resize_rel_pos_table(table: torch.Tensor, length: int) -> torch.Tensor:
-    """A (L, C) relative-position table resampled to ``length`` offsets (linear, half-pixel centres).
-
-    Args:
-        table (Tensor): (L, C), entry ``L // 2 + o`` for offset ``o``.
-        length (int): Wanted number of offsets, ``2 * size - 1``.
-    """
+    """A (L, C) table (entry ``L // 2 + o`` for offset ``o``) resampled linearly to ``length`` offsets."""
     if table.shape[0] == length:
         return table
     resized = F.interpolate(table.t()[None].float(), size=length, mode='linear', align_corners=False)
@@ -26,13 +17,7 @@ def resize_rel_pos_table(table: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def rel_pos_embeddings(table: torch.Tensor, size: int, span: int = 0) -> torch.Tensor:
-    """(size, size, C) embeddings ``E[a, b] = table[a - b]`` of the offsets along one axis.
-
-    Args:
-        table (Tensor): (L, C) learned table.
-        size (int): Positions along the axis.
-        span (int): Positions the table covers; longer offsets are clamped. 0: ``size``.
-    """
+    """(size, size, C) embeddings ``E[a, b] = table[a - b]``; offsets beyond ``span`` (0: ``size``) clamped."""
     span = span or size
     table = resize_rel_pos_table(table, 2 * span - 1)
     pos = torch.arange(size, device=table.device)
@@ -42,17 +27,7 @@ def rel_pos_embeddings(table: torch.Tensor, size: int, span: int = 0) -> torch.T
 
 def decomposed_rel_pos_bias(q: torch.Tensor, table_h: torch.Tensor, table_w: torch.Tensor,
                             grid: Tuple[int, int], span: Tuple[int, int] = (0, 0)) -> torch.Tensor:
-    """Attention bias of patch queries over patch keys of the same grid.
-
-    Args:
-        q (Tensor): (..., rows * cols, C) patch queries (before the 1/sqrt(C) scaling).
-        table_h, table_w (Tensor): (L, C) tables of vertical and horizontal offsets.
-        grid (tuple[int, int]): (rows, cols) of the patches, row-major in ``q``.
-        span (tuple[int, int]): See :func:`rel_pos_embeddings`. Defaults to (0, 0).
-
-    Returns:
-        Tensor: (..., rows * cols, rows * cols) bias for the attention logits.
-    """
+    """(..., rows * cols, rows * cols) bias of patch queries ``q`` (unscaled) over keys of the same ``grid``."""
     rows, cols = grid
     emb_h = rel_pos_embeddings(table_h, rows, span[0]).to(q.dtype)  # (rows, rows, C)
     emb_w = rel_pos_embeddings(table_w, cols, span[1]).to(q.dtype)  # (cols, cols, C)

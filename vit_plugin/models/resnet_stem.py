@@ -1,7 +1,4 @@
-"""The ResNet feature extractor of the paper's hybrid models (R50+ViT, R+Ti), as the official one.
-
-Names equal timm's ``ResNetV2``. Architecture and name map: docs/backbone.md#r50vit-hybrid.
-"""
+"""The ResNet of the paper's hybrid models, names as timm's ``ResNetV2`` (docs/backbone.md#r50vit-hybrid)."""
 import math
 from typing import Sequence, Tuple
 
@@ -33,14 +30,7 @@ def standardize_weight(weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
 
 
 class StdConv2dSame(nn.Conv2d):
-    """Bias-free, weight-standardised convolution with TF 'SAME' padding.
-
-    Args:
-        in_channels, out_channels (int): Channels.
-        kernel_size (int): Square kernel size.
-        stride (int): Defaults to 1.
-        eps (float): Added to the weight std. Defaults to 1e-5 (official).
-    """
+    """Bias-free, weight-standardised conv (``eps`` added to the std) with TF 'SAME' padding."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
                  eps: float = 1e-5):
@@ -56,11 +46,7 @@ class StdConv2dSame(nn.Conv2d):
 
 
 class MaxPool2dSame(nn.Module):
-    """Max-pool with TF 'SAME' padding (padded entries are -inf).
-
-    Args:
-        kernel_size, stride (int): Defaults to 3 and 2.
-    """
+    """Max-pool with TF 'SAME' padding (padded entries are -inf)."""
 
     def __init__(self, kernel_size: int = 3, stride: int = 2):
         super().__init__()
@@ -80,12 +66,7 @@ def _group_norm(channels: int, num_groups: int, eps: float) -> nn.GroupNorm:
 
 
 class ResNetStem(nn.Module):
-    """Root block: StdConv 7x7/2 -> GroupNorm -> ReLU -> max-pool 3x3/2, all 'SAME' (stride 4).
-
-    Args:
-        in_channels, out_channels (int): Defaults to 3 and 64.
-        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
-    """
+    """Root block: StdConv 7x7/2 -> GroupNorm -> ReLU -> max-pool 3x3/2, all 'SAME' (stride 4)."""
 
     def __init__(self, in_channels: int = 3, out_channels: int = 64, num_groups: int = 32, norm_eps: float = 1e-6,
                  ws_eps: float = 1e-5):
@@ -113,14 +94,7 @@ class Downsample(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """Post-activation bottleneck unit ``relu(shortcut + gn3(conv3(...)))``, stride on the 3x3 conv.
-
-    Args:
-        in_channels (int): Input channels.
-        width (int): Bottleneck width F; the unit outputs 4F channels.
-        stride (int): Stride of the 3x3 conv and of the projection. Defaults to 1.
-        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
-    """
+    """Post-activation bottleneck ``relu(shortcut + gn3(conv3(...)))`` of width F (4F out), stride on the 3x3."""
 
     def __init__(self, in_channels: int, width: int, stride: int = 1, num_groups: int = 32, norm_eps: float = 1e-6,
                  ws_eps: float = 1e-5):
@@ -159,14 +133,7 @@ class ResNetStage(nn.Module):
 
 
 class ResNetV2Stages(nn.Module):
-    """The hybrid's ResNet: the root block, then stages of width ``64 * width_factor * 2**s``.
-
-    Args:
-        layers (Sequence[int]): Units per stage, e.g. (3, 4, 9); not empty.
-        in_channels (int): Defaults to 3.
-        width_factor (int): Multiplies every width. Defaults to 1.
-        num_groups, norm_eps, ws_eps: GroupNorm groups (32) and eps (1e-6), weight-standardisation eps (1e-5).
-    """
+    """Root block, then stages of ``layers[s]`` units and width ``64 * width_factor * 2**s``."""
 
     def __init__(self, layers: Sequence[int], in_channels: int = 3, width_factor: int = 1, num_groups: int = 32,
                  norm_eps: float = 1e-6, ws_eps: float = 1e-5):

@@ -1,8 +1,4 @@
-"""Find a sub-module inside a model wherever it sits (classifier, detector, self-supervised wrapper).
-
-:func:`find_module` is the one search; :func:`find_vit` names the ViT backbone for the offline tools,
-and the layer-decay constructor searches with it for the module that knows parameter depths.
-"""
+"""Find a sub-module wherever it sits in a model (classifier, detector, self-supervised wrapper)."""
 from typing import Callable, Optional, Tuple
 
 import torch.nn as nn
@@ -15,8 +11,8 @@ class WrongModelError(ValueError):
 
 
 def find_module(model: nn.Module, predicate: Callable[[nn.Module], bool]) -> Optional[Tuple[str, nn.Module]]:
-    """``(prefix, module)`` of the first module of ``model.named_modules()`` (the model itself first)
-    for which ``predicate`` holds, or None. ``prefix`` is the module's name plus a dot ('' for the model)."""
+    """``(name + '.', module)`` ('' for ``model`` itself) of the first of ``model.named_modules()`` where
+    ``predicate`` holds, or None."""
     for name, module in model.named_modules():
         if predicate(module):
             return (f'{name}.' if name else ''), module

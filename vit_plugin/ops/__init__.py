@@ -1,8 +1,7 @@
 """mmcv's compiled operators for an mmcv without them, and where this process's operators come from.
 
 ``python -m vit_plugin.ops`` prints the source and runs :func:`check`. See
-docs/installation.md#where-mmcvs-operators-come-from.
-"""
+docs/installation.md#where-mmcvs-operators-come-from."""
 import ast
 import glob
 import importlib
@@ -66,11 +65,8 @@ def _build_record():
 
 
 def ops_source():
-    """Where ``mmcv._ext`` comes from in this process.
-
-    Returns:
-        dict: ``kind`` ('provider', 'compiled' or 'missing'), ``file``, ``cuda`` (or None), ``archs``
-        (compiled mmcv's GPU architectures, or None), ``library`` and, for 'missing', ``error``.
+    """Where ``mmcv._ext`` comes from here: dict of ``kind`` ('provider', 'compiled' or 'missing'), ``file``,
+    ``cuda``, ``archs`` (compiled mmcv's GPU architectures), ``library``, and ``error`` for 'missing'.
     """
     install()
     try:
@@ -124,13 +120,8 @@ def _run_once(device):
 
 
 def check(devices=None):
-    """Run NMS and RoIAlign (forward and backward) through mmcv's wrappers on the CPU and each GPU.
-
-    Returns:
-        str: :func:`describe`, plus the GPUs checked.
-
-    Raises:
-        RuntimeError: Operators missing, failing or disagreeing with the CPU; the message says what to do.
+    """Run NMS and RoIAlign (forward, backward) through mmcv's wrappers on the CPU and each GPU -> :func:`describe`
+    plus the GPUs checked; RuntimeError, saying what to do, when operators are missing, fail or disagree.
     """
     import torch
     source = ops_source()

@@ -2,8 +2,7 @@
 
 Loaded *as* ``mmcv._ext`` when mmcv has none, so it imports only torch, torchvision and the start-up
 hook module, without relative imports. Every other attribute raises :class:`MissingCompiledOpError`
-when called. See docs/installation.md#where-mmcvs-operators-come-from.
-"""
+when called. See docs/installation.md#where-mmcvs-operators-come-from."""
 import struct
 import sys
 
@@ -35,16 +34,10 @@ def _float32(value):
 
 # --------------------------------------------------------------------------------------------- NMS
 def nms(boxes, scores, iou_threshold, offset=0):
-    """Indices of the boxes kept by greedy NMS, highest score first (mmcv's ``ext_module.nms``).
+    """int64 indices of the ``boxes`` (N, 4; x1, y1, x2, y2) that greedy NMS keeps, highest ``scores`` first.
 
-    Args:
-        boxes (Tensor): (N, 4) boxes ``x1, y1, x2, y2``.
-        scores (Tensor): (N, ) scores.
-        iou_threshold (float): A box overlapping a kept one by more than this is dropped.
-        offset (int): 0, or 1 for the legacy ``x2 - x1 + 1`` width.
-
-    Returns:
-        Tensor: int64 indices into ``boxes``.
+    mmcv's ``ext_module.nms``: overlap above ``iou_threshold`` drops a box; ``offset`` 1 is the legacy
+    ``x2 - x1 + 1`` width.
     """
     if boxes.numel() == 0:
         return boxes.new_empty((0, ), dtype=torch.long)
@@ -84,8 +77,7 @@ def roi_align_forward(input, rois, output, argmax_y, argmax_x, aligned_height, a
                       sampling_ratio, pool_mode, aligned):
     """RoIAlign forward into ``output`` (mmcv's ``ext_module.roi_align_forward``), average pooling.
 
-    ``rois`` is (K, 5): batch index, x1, y1, x2, y2 in image coordinates, scaled by ``spatial_scale``.
-    """
+    ``rois`` is (K, 5): batch index, x1, y1, x2, y2 in image coordinates, scaled by ``spatial_scale``."""
     _check_pool_mode(pool_mode)
     input = _cpu_float(input)
     if rois.dtype != input.dtype:
@@ -137,8 +129,7 @@ def sigmoid_focal_loss_forward(input, target, weight, output, gamma, alpha):
     """Element-wise sigmoid focal loss into ``output`` (mmcv's CUDA kernel formulas, any device).
 
     ``target`` holds a class index per row; ``num_classes`` is background. Log-sigmoids keep the
-    loss exact for confident logits.
-    """
+    loss exact for confident logits."""
     x, positive, row_weight = _focal_parts(input, target, weight)
     p, q = torch.sigmoid(x), torch.sigmoid(-x)  # q = 1 - p
     log_p, log_q = F.logsigmoid(x), F.logsigmoid(-x)

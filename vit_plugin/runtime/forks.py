@@ -1,9 +1,4 @@
-"""At-fork hooks, installed by name when what needs them starts.
-
-``os.register_at_fork`` cannot be undone, so this module registers one callback of its own, the first
-time a hook is installed, and that callback runs the hooks installed at the moment of the fork.
-:func:`remove_fork_hook` takes a hook out again, which is how a hook ends with what needed it.
-"""
+"""At-fork hooks installed by name and removable (one ``os.register_at_fork`` callback runs them)."""
 import os
 from typing import Callable, Dict, List
 
@@ -17,11 +12,7 @@ def _after_fork_in_child() -> None:
 
 
 def install_fork_hook(name: str, after_in_child: Callable[[], None]) -> None:
-    """Run ``after_in_child`` in every child forked from now on, until :func:`remove_fork_hook` (``name``).
-
-    Installing the same name again replaces its hook; hooks run in the order of their first installation.
-    Without ``os.register_at_fork`` (Windows: no fork) nothing is installed.
-    """
+    """Run ``after_in_child`` in every child forked from now on, until :func:`remove_fork_hook`; no-op without fork."""
     global _REGISTERED
     if not hasattr(os, 'register_at_fork'):
         return
@@ -32,7 +23,7 @@ def install_fork_hook(name: str, after_in_child: Callable[[], None]) -> None:
 
 
 def remove_fork_hook(name: str) -> None:
-    """Children forked from now on no longer run the hook installed as ``name`` (no error if there is none)."""
+    """Stop running the hook ``name`` in children forked from now on (no error if there is none)."""
     _HOOKS.pop(name, None)
 
 

@@ -6,13 +6,7 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Moves every object the collector tracks to its permanent generation for the length of the block.
-
-    Objects the collector never visits are never written to, so children forked inside the block share
-    the parent's heap pages instead of copying them (docs/data.md). The heap is unfrozen when the block
-    ends, also on an error, unless it was frozen already when the block began: then the objects stay
-    frozen, as the caller who froze them expects.
-    """
+    """Freeze the heap for the block (forked children share its pages); unfrozen after, unless frozen before."""
     frozen_before = gc.get_freeze_count() > 0
     gc.freeze()
     try:

@@ -6,15 +6,7 @@ import torch
 
 
 def join_gloo_group(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Join this process's default process group over Gloo, once.
-
-    Args:
-        environ (mapping, optional): Variables the rendezvous reads (``MASTER_ADDR``, ``RANK``, ...),
-            set in ``os.environ`` first (a SLURM launch derives them from ``SLURM_*``). Defaults to None.
-
-    Returns:
-        bool: Whether this call joined the group (False: it was joined already).
-    """
+    """Join the default group over Gloo once, ``environ`` set in ``os.environ`` first; whether this call joined."""
     if torch.distributed.is_initialized():
         return False
     if environ:
@@ -24,11 +16,7 @@ def join_gloo_group(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def release_process_group() -> bool:
-    """Destroy the default process group, if this process has one; returns whether it had one.
-
-    Only once a run is over, where every process ends at the same point: a group destroyed while another
-    process still waits in a collective would fail that one.
-    """
+    """Destroy the default process group, if any, once the run is over; returns whether there was one."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
         return True

@@ -1,11 +1,4 @@
-"""Signal handlers: the training process's, its data-loader workers', and its forked helpers'.
-
-- :class:`SignalHandlers`: handlers installed for a run and given back to the previous ones when it ends
-  (``vit_plugin.PreemptionHook``).
-- :class:`WorkerShield`: while held, data-loader workers forked from this process are shielded from the
-  job-wide signals a scheduler sends (an at-fork hook, removed when the last shield is released).
-- :func:`default_stop_signals`: the initializer of forked helper processes (the tar index's build).
-"""
+"""Signal handlers of the training process, shields for its data-loader workers, and defaults for forked helpers."""
 import collections
 import os
 import signal
@@ -29,7 +22,7 @@ def is_signal_name(name: str) -> bool:
 
 
 def signal_number(name: str) -> int:
-    """The number of the signal ``name`` (see :func:`is_signal_name`)."""
+    """The number of the signal ``name``; ValueError if this system has none of that name."""
     if not is_signal_name(name):
         raise ValueError(f'{name!r} is not a signal name on this system (e.g. SIGTERM, SIGUSR1, SIGINT)')
     return int(getattr(signal, name))
@@ -41,13 +34,9 @@ def signal_name(signum: int) -> str:
 
 
 class SignalHandlers:
-    """One handler for a set of signals, from :meth:`install` to :meth:`restore`.
+    """``handler(signum, frame)`` for ``signums`` from :meth:`install` to :meth:`restore` (main thread only).
 
-    Also a context manager. Only the main thread can install signal handlers (Python's rule).
-
-    Args:
-        signums: The signal numbers.
-        handler: Called as ``handler(signum, frame)``.
+    Also a context manager.
     """
 
     def __init__(self, signums: Iterable[int], handler: Handler):
@@ -60,18 +49,13 @@ class SignalHandlers:
         return bool(self._previous)
 
     def install(self) -> 'SignalHandlers':
-        """Installs the handler, keeping the previous ones (idempotent)."""
         for signum in self.signums:
             if signum not in self._previous:
                 self._previous[signum] = signal.signal(signum, self.handler)
         return self
 
     def restore(self) -> None:
-        """Gives the signals back to the handlers they had before :meth:`install` (idempotent).
-
-        A previous handler that was not installed from Python (``signal.getsignal`` gives None) becomes
-        the default one.
-        """
+        """Give the signals back to their previous handlers (a non-Python one becomes the default); idempotent."""
         previous, self._previous = self._previous, {}
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
@@ -98,21 +82,9 @@ def shielded_signals() -> List[int]:
 class WorkerShield:
     """While held, data-loader workers forked from this process are shielded from ``signums``.
 
-    A scheduler signals every process of the job: SLURM sends SIGTERM to all processes of the job step
-    (pre-emption, ``scancel``, the end of the time limit), ``scancel --signal=USR1`` sends SIGUSR1, a
-    shell's ``kill -- -PGID`` the whole process group. A data-loader worker that dies of it makes the
-    training process fail on its next batch, before it could write its checkpoint.
-
-    In each child forked while a shield is held, any shielded signal other than SIGTERM (SIGUSR1,
-    whose default action ends a process) is ignored from the fork on. SIGTERM is handled in data-loader
-    workers only (other children, a ``multiprocessing`` pool say, keep theirs), right after torch's
-    worker loop has installed its own handlers: the worker blocks it and a thread waits for it, exiting
-    when the training process sent it (as torch's handler does: the parent ends its workers with SIGTERM
-    when it shuts them down or exits) and ignoring it from anyone else.
-
-    Held from construction to :meth:`release` (idempotent), or until the shield is garbage-collected;
-    :meth:`hold` takes it again. The at-fork hook is installed with the first held shield and removed
-    with the last.
+    In each child forked meanwhile, shielded signals other than SIGTERM are ignored; in a data-loader
+    worker, SIGTERM ends it only when its training process sent it. Held from construction to
+    :meth:`release` (or collection). See docs/development.md#what-importing-does.
     """
 
     def __init__(self, signums: Iterable[int]):
@@ -148,7 +120,6 @@ def _release(signums: List[int], state: dict) -> None:
 
 
 def _shield_worker() -> None:
-    """In a freshly forked child: what :class:`WorkerShield` promises."""
     shielded = set(shielded_signals())
     for signum in shielded - {signal.SIGTERM}:
         signal.signal(signum, signal.SIG_IGN)
@@ -170,13 +141,7 @@ def _sigterm_from_parent_only() -> None:
 
 
 def default_stop_signals() -> None:
-    """In a forked helper process (a ``multiprocessing`` pool's initializer): SIGTERM ends it, Ctrl-C
-    does not.
-
-    A forked child inherits its parent's Python signal handlers: a training process's pre-emption handler
-    (which only records SIGTERM) would make the pool's ``terminate`` wait for it forever. Ctrl-C reaches
-    the whole process group: the parent stops the pool.
-    """
+    """Initializer of a forked helper process: SIGTERM ends it, Ctrl-C is ignored (the parent stops it)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

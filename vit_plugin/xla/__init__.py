@@ -1,7 +1,6 @@
-"""Training on XLA devices (Cloud TPUs; XLA:CPU for tests) inside mmengine's FlexibleRunner.
+"""Training on XLA devices inside mmengine's FlexibleRunner; importing needs neither torch_xla nor a device.
 
-Not imported by ``import vit_plugin``; importing it needs neither torch_xla nor a device. See
-docs/scaling.md#tpus-with-torch_xla.
+See docs/scaling.md#tpus-with-torch_xla.
 """
 from .hooks import XLARecompileGuardHook, XLARuntimeInfoHook
 from .launch import launch_training, to_xla_config

@@ -23,10 +23,7 @@ def _logger_interval(runner) -> int:
 
 @HOOKS.register_module()
 class XLARuntimeInfoHook(RuntimeInfoHook):
-    """RuntimeInfoHook that moves logged losses to the host in one batch when a logger or checkpoint reads them.
-
-    The message hub ends up with the same values, in the same order, as with mmengine's hook.
-    """
+    """RuntimeInfoHook that moves logged losses to the host in one batch, when a logger or checkpoint reads them."""
 
     priority = 'VERY_HIGH'
 
@@ -87,13 +84,13 @@ _CAUSE_UNKNOWN = ('no input-shape change or graph cut was seen; a Python value t
 
 @HOOKS.register_module()
 class XLARecompileGuardHook(Hook):
-    """Counts XLA graph compilations and warns, naming the likely cause, when a steady-state step recompiles.
+    """Count XLA graph compilations; warn, naming the likely cause, when a steady-state step recompiles.
 
-    At the end of training it logs and writes ``<log_dir>/xla_summary.json``. See docs/scaling.md.
+    Writes ``<log_dir>/xla_summary.json`` at the end of training.
 
     Args:
-        warmup_iters (int): Iterations of this run allowed to compile: 3, or ``2 * k + 1`` with
-            gradient accumulation over ``k``. Defaults to 3.
+        warmup_iters (int): Iterations allowed to compile: 3, or ``2 * k + 1`` with gradient
+            accumulation over ``k``. Defaults to 3.
         max_warnings (int): Warnings before going quiet (the count goes on). Defaults to 5.
     """
 

@@ -1,7 +1,4 @@
-"""Turning an ordinary mmpretrain / vit_plugin config into an XLA run, and launching it.
-
-One training process per XLA device (``torch_xla.launch``), each planning its run. See docs/scaling.md.
-"""
+"""An ordinary config turned into an XLA run, one process per device each planning its run (docs/scaling.md)."""
 import copy
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -44,15 +41,12 @@ def _xla_loop(edits: ConfigEdits, key: str, default: str, table: dict) -> None:
 
 @dataclass(frozen=True)
 class XLAConversion:
-    """The run plan's conversion of a training config to XLA devices, through mmengine's FlexibleRunner.
-
-    Runner, ``vit_plugin.XLAStrategy``, XLA loops, ``vit_plugin.XLAOptimWrapper`` and ``drop_last=True``.
+    """The run plan's conversion to XLA: FlexibleRunner, ``vit_plugin.XLAStrategy``, XLA loops and optimizer wrapper.
 
     Args:
         bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
         spmd (bool): One process for all devices (:mod:`~vit_plugin.xla.spmd`). Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
-            Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop. Defaults to False.
     """
     bf16: bool = False
     spmd: bool = False
@@ -60,11 +54,7 @@ class XLAConversion:
     name = 'xla'
 
     def plan(self, edits: ConfigEdits, env: RunEnv, log: Callable[[str], None]) -> None:
-        """Record the conversion on ``edits``; ``env.launcher`` becomes the config's ``launcher``.
-
-        Raises:
-            ValueError: A runner, strategy, loop or optimizer wrapper that cannot run on XLA.
-        """
+        """Record the conversion on ``edits``; ValueError for a runner, strategy, loop or wrapper XLA cannot run."""
         runner_type = _strip(edits.get('runner_type'))
         if runner_type not in (None, 'Runner', 'FlexibleRunner', *_VIT_PLUGIN_RUNNERS):
             raise ValueError(f'runner_type={edits.get("runner_type")!r}: the XLA path runs on mmengine\'s '
@@ -125,20 +115,9 @@ def plan_xla_run(cfg: Config, env: RunEnv, bf16: bool = False, spmd: bool = Fals
 
 def to_xla_config(cfg: Config, launcher: str = 'xla', bf16: bool = False, spmd: bool = False,
                   layer_scan: bool = False) -> Config:
-    """A copy of ``cfg`` that trains on XLA devices: the :class:`XLAConversion` step applied.
+    """A copy of ``cfg`` with the :class:`XLAConversion` step applied; ValueError for what cannot run on XLA.
 
-    Args:
-        cfg (Config): A training config.
-        launcher (str): ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'``. Defaults to ``'xla'``.
-        bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
-        spmd (bool): One process for all devices. Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop. Defaults to False.
-
-    Returns:
-        Config: The converted config.
-
-    Raises:
-        ValueError: What cannot run on XLA.
+    ``launcher`` is ``'xla'``, ``'pytorch'`` (torchrun) or ``'none'``; the rest as :class:`XLAConversion`.
     """
     conversion = XLAConversion(bf16=bf16, spmd=spmd, layer_scan=layer_scan)
     return plan_run(cfg, xla_env(launcher), conversion=conversion, steps=('nonfinite_guard', 'conversion')).apply(cfg)
@@ -166,18 +145,11 @@ def _train_worker(index: int, cfg: Config, launcher: str, bf16: bool,
 
 def launch_training(cfg: Config, bf16: bool = False, prepare: Optional[Callable] = None,
                     spmd: bool = False, layer_scan: bool = False) -> None:
-    """Train ``cfg`` on every local XLA device, one process each (``torch_xla.launch``).
+    """Train ``cfg`` on every local XLA device, one process each (directly under torchrun or ``PJRT_DEVICE=CPU``).
 
-    Call it before this process touches the XLA device or runs a CPU backward pass. Under torchrun or
-    ``PJRT_DEVICE=CPU`` this process trains directly.
-
-    Args:
-        cfg (Config): The training config (not yet converted).
-        bf16 (bool): Run forward passes under bf16 autocast. Defaults to False.
-        prepare (callable, optional): ``prepare(cfg, world_size, logger=...)`` run in each process
-            before planning; importable (pickled by name).
-        spmd (bool): One process drives every device of the host (:mod:`~vit_plugin.xla.spmd`).
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
+    Call it before this process touches the XLA device or runs a CPU backward pass. ``prepare(cfg,
+    world_size, logger=...)``, importable by name, runs in each process before planning; the other
+    arguments are :class:`XLAConversion`'s.
     """
     import torch.distributed as dist
 

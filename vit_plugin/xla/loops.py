@@ -1,7 +1,4 @@
-"""Train / val / test loops for XLA devices: ``MpDeviceLoader`` batches, one ``sync`` per step, deferred logs.
-
-See docs/scaling.md#tpus-with-torch_xla.
-"""
+"""Train / val / test loops for XLA devices: device loading, one ``sync`` per step, deferred logs."""
 import logging
 import sys
 from typing import Sequence
@@ -40,10 +37,7 @@ class _HostIterable:
 
 
 class DeviceLoader:
-    """A DataLoader whose batches arrive on the XLA device, through ``MpDeviceLoader``.
-
-    Exposes ``dataset``, ``sampler`` and ``batch_sampler``. The host iterator is made in the calling
-    thread; use ``num_workers >= 1`` for reproducible random augmentation.
+    """A DataLoader whose batches arrive on the XLA device (``MpDeviceLoader``); use ``num_workers >= 1``.
 
     Args:
         dataloader (DataLoader): The host-side loader.
@@ -126,8 +120,7 @@ class XLAEpochBasedTrainLoop(_XLATrainMixin, EpochBasedTrainLoop):
 
     Args:
         runner, dataloader, max_epochs, val_begin, val_interval, dynamic_intervals: As in mmengine.
-        warmup_iters (int, optional): Iterations allowed to compile; None: 3, or ``2 * k + 1`` with
-            gradient accumulation over ``k``.
+        warmup_iters (int, optional): Iterations allowed to compile. Defaults to None: 3, or ``2 * k + 1``.
         loader_kwargs (dict, optional): Passed to torch_xla's ``ParallelLoader``.
     """
 

@@ -1,8 +1,4 @@
-"""``vit_plugin.XLAOptimWrapper``: mmengine's OptimWrapper for XLA devices.
-
-Replica all-reduce in ``xm.optimizer_step``, the gradient norm kept on the device, bf16 autocast and
-an on-device non-finite guard. See docs/scaling.md#tpus-with-torch_xla.
-"""
+"""``vit_plugin.XLAOptimWrapper``: mmengine's OptimWrapper for XLA devices (docs/scaling.md#tpus-with-torch_xla)."""
 from contextlib import contextmanager
 from typing import Dict, List, Optional, Tuple, Union
 

@@ -13,14 +13,7 @@ _INSTALL_HINT = ('The XLA path needs torch_xla, which only the classic stack has
 
 
 def require(module: str = 'torch_xla'):
-    """Import a torch_xla (sub)module, or fail with an actionable message.
-
-    Args:
-        module (str): Dotted module name. Defaults to ``'torch_xla'``.
-
-    Returns:
-        module: The imported module.
-    """
+    """Import the torch_xla (sub)module ``module``, or raise ImportError saying how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -57,14 +50,7 @@ def is_xla_tensor(value: Any) -> bool:
 
 
 def to_cpu(data: Any) -> Any:
-    """Copy every XLA tensor of a nested structure to the host, in one batched transfer.
-
-    Args:
-        data: A tensor or a nested container (dicts, lists, tuples); other leaves are kept.
-
-    Returns:
-        The same structure with CPU tensors in place of XLA tensors.
-    """
+    """``data`` (a tensor or nested dicts, lists, tuples) with every XLA tensor copied to the host in one transfer."""
     leaves, spec = pytree.tree_flatten(data)
     index = [i for i, leaf in enumerate(leaves) if is_xla_tensor(leaf)]
     if not index:

@@ -1,8 +1,4 @@
-"""Layer scan on XLA: the compiler sees one Transformer block instead of all of them.
-
-Needs blocks computing the same function (no dropout, no drop path, last-block output only); the
-steady step is slower. See docs/scaling.md#layer-scan.
-"""
+"""Layer scan on XLA: the compiler sees one Transformer block instead of all (docs/scaling.md#layer-scan)."""
 import importlib.util
 import logging
 from typing import List, Tuple
@@ -93,14 +89,7 @@ def scan_blocks(blocks: nn.ModuleList, x: torch.Tensor, grid: Tuple[int, int]) -
 
 
 def enable_layer_scan(model: nn.Module) -> List[str]:
-    """Make every ViT inside ``model`` run its blocks with :func:`scan_blocks`.
-
-    Returns:
-        list[str]: The names of the modules switched.
-
-    Raises:
-        ValueError: No ViT, or one that cannot be scanned (:func:`check_scannable`).
-    """
+    """Scan the blocks of every ViT in ``model``; returns their names. ValueError: none, or not scannable."""
     names = []
     for name, module in model.named_modules():
         if isinstance(module, ViT):

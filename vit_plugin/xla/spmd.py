@@ -1,7 +1,6 @@
-"""SPMD training on XLA: one process per host drives all its devices through one ``'fsdp'`` mesh axis.
+"""SPMD on XLA: one process per host, batch and parameters split over one ``'fsdp'`` mesh axis.
 
-Batch split over the axis, parameters sharded over it (FSDPv2). See
-docs/scaling.md#spmd-one-process-per-host-batch-and-weights-split-over-a-device-mesh.
+See docs/scaling.md#spmd-one-process-per-host-batch-and-weights-split-over-a-device-mesh.
 """
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -35,16 +34,12 @@ def build_mesh(num_devices: Optional[int] = None):
 
 
 def param_partition_spec(shape: Sequence[int], num_shards: int) -> Optional[Tuple[Optional[str], ...]]:
-    """How one parameter is split over ``num_shards`` devices: its largest evenly divisible dimension.
-
-    Ties go to dimension 0; None: replicated.
+    """The split of one parameter over ``num_shards``: its largest evenly divisible dim (ties: the first).
 
     Examples:
-        >>> param_partition_spec((3072, 768), 4)
-        ('fsdp', None)
         >>> param_partition_spec((1, 197, 768), 4)
         (None, None, 'fsdp')
-        >>> param_partition_spec((3,), 4) is None
+        >>> param_partition_spec((3,), 4) is None  # replicated
         True
     """
     if num_shards <= 1:
@@ -59,11 +54,7 @@ def param_partition_spec(shape: Sequence[int], num_shards: int) -> Optional[Tupl
 
 
 def shard_parameters(model: nn.Module, mesh) -> Dict[str, Optional[tuple]]:
-    """Annotate every parameter of ``model`` (on the XLA device) with its FSDP split.
-
-    Returns:
-        dict: parameter name -> partition spec (None: replicated).
-    """
+    """Annotate each parameter of ``model`` (on the device) with its split; name -> spec (None: replicated)."""
     xs = runtime.require('torch_xla.distributed.spmd')
     specs = {}
     for name, param in model.named_parameters():

@@ -1,7 +1,4 @@
-"""``vit_plugin.XLAStrategy``: mmengine's FlexibleRunner strategy for XLA devices (TPUs).
-
-See docs/scaling.md#tpus-with-torch_xla.
-"""
+"""``vit_plugin.XLAStrategy``: mmengine's FlexibleRunner strategy for XLA (docs/scaling.md#tpus-with-torch_xla)."""
 import copy
 import logging
 from typing import Callable, Optional, Union
@@ -25,16 +22,8 @@ XLA_OPTIM_WRAPPER = 'vit_plugin.XLAOptimWrapper'
 
 
 def xla_optim_wrapper_cfg(cfg: dict) -> dict:
-    """Translate an optimizer-wrapper config to :class:`~vit_plugin.xla.XLAOptimWrapper`.
-
-    ``AmpOptimWrapper`` becomes bf16 autocast; guarded types set ``nonfinite_guard=True``; XLA
-    configs are returned unchanged.
-
-    Args:
-        cfg (dict): The ``optim_wrapper`` config.
-
-    Returns:
-        dict: A config for ``vit_plugin.XLAOptimWrapper``.
+    """An ``optim_wrapper`` config translated for :class:`~vit_plugin.xla.XLAOptimWrapper`: ``AmpOptimWrapper``
+    becomes bf16 autocast, guarded types ``nonfinite_guard=True``; an XLA config is returned unchanged.
     """
     cfg = copy.deepcopy(dict(cfg))
     kind = cfg.get('type')
@@ -66,10 +55,9 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
     """Run the model on the XLA device of this process, without a DDP wrapper.
 
     Args:
-        spmd (bool): One process drives every device of the host (:mod:`~vit_plugin.xla.spmd`); the
-            process must have called :func:`vit_plugin.xla.spmd.enable` first. Defaults to False.
-        layer_scan (bool): Run the ViT's blocks as one compiled loop (:mod:`~vit_plugin.xla.scan`).
-            Defaults to False.
+        spmd (bool): One process drives every device of the host; the process must have called
+            :func:`vit_plugin.xla.spmd.enable` first. Defaults to False.
+        layer_scan (bool): Run the ViT's blocks as one compiled loop. Defaults to False.
         **kwargs: As mmengine's ``BaseStrategy``.
 
     Attributes:
@@ -87,13 +75,7 @@ class XLAStrategy(mmengine_compat.SingleDeviceStrategy):
         self.param_specs = {}
 
     def _setup_distributed(self, launcher: str = 'xla', backend: Optional[str] = None, **kwargs):
-        """Join the XLA replicas: Gloo default group, ``xla`` group for device tensors.
-
-        Args:
-            launcher (str): ``'xla'`` or ``'pytorch'`` (torchrun). Defaults to ``'xla'``.
-            backend (str, optional): Ignored unless a host backend other than ``gloo``.
-            **kwargs: Passed to ``torch.distributed.init_process_group``.
-        """
+        """Join the XLA replicas (``'xla'`` or torchrun): a Gloo default group, an ``xla`` group for tensors."""
         import torch.distributed as dist
         if launcher not in ('xla', 'pytorch'):
             raise ValueError(f"XLAStrategy: launcher={launcher!r} is not supported; use 'xla' "

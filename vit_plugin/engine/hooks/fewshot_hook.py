@@ -11,29 +11,19 @@ from vit_plugin.registry import HOOKS
 
 @HOOKS.register_module()
 class FewShotEvalHook(Hook):
-    """Report few-shot linear top-1 accuracy of the frozen model while it pre-trains.
-
-    Every ``interval`` training iterations (and after the last one) the hook extracts features of the
-    support pool and the query set, fits the closed-form regularised least-squares probe for every
-    shot count and logs ``fewshot/{k}shot_top1`` to the logger and the visualizer backends
-    (e.g. ``vis_data/scalars.json``, TensorBoard). Training then resumes in train mode. In
-    distributed runs every rank extracts its shard and the main rank solves.
+    """Log few-shot linear top-1 accuracy (``fewshot/{k}shot_top1``) of the frozen model while it pre-trains.
 
     Args:
         support_dataloader (dict | DataLoader): Labelled pool the k-shot subsets are drawn from; give it
-            a deterministic test pipeline (no random augmentation) and a non-shuffling sampler.
+            a deterministic test pipeline and a non-shuffling sampler.
         query_dataloader (dict | DataLoader): The evaluation set.
         interval (int): Evaluate every ``interval`` training iterations. Defaults to 1000.
-        metric (dict): Config of the metric. Defaults to ``dict(type='vit_plugin.FewShotLinearMetric')``
-            (1/5/10/25 shots, regulariser chosen on 2 held-out samples per class).
-        feature_stage (str, optional): Which representation to probe, for models whose
-            ``extract_feat`` takes a stage (mmpretrain classifiers): 'backbone', 'neck' or 'pre_logits'.
-            Defaults to 'pre_logits'.
+        metric (dict): Config of the metric. Defaults to ``dict(type='vit_plugin.FewShotLinearMetric')``.
+        feature_stage (str, optional): 'backbone', 'neck' or 'pre_logits', for models whose
+            ``extract_feat`` takes a stage. Defaults to 'pre_logits'.
         token_pool (str): 'cls' or 'mean', for models that return token sequences. Defaults to 'cls'.
-        before_train (bool): Also evaluate before the first iteration (the baseline of the
-            initialisation or of the loaded checkpoint). Defaults to False.
-        at_end (bool): Also evaluate after the last iteration when it is not a multiple of
-            ``interval``. Defaults to True.
+        before_train (bool): Also evaluate before the first iteration. Defaults to False.
+        at_end (bool): Also evaluate after the last iteration. Defaults to True.
     """
     priority = 'LOW'
 

@@ -7,12 +7,9 @@ from vit_plugin.registry import HOOKS
 
 @HOOKS.register_module()
 class InputNormCheckHook(Hook):
-    """Run :func:`~vit_plugin.models.input_norm.check_input_normalization` once the weights are in
-    place: before training (after ``init_cfg``, ``load_from`` or ``--resume``), and before
-    validation and testing. Each distinct mismatch is logged once per run.
+    """Log each input-normalisation mismatch of the loaded weights once (before train, val, test).
 
-    ``vit_plugin.Runner`` and ``tools/test.py`` add it to every config as ``default_hooks.input_norm_check``
-    (``--cfg-options default_hooks.input_norm_check=None`` removes it).
+    Runs :func:`~vit_plugin.models.input_norm.check_input_normalization`.
     """
 
     priority = 'VERY_LOW'

@@ -1,26 +1,5 @@
 """``vit_plugin.NonFiniteGuardHook``: report the updates the guarded optimizer wrapper skipped, and stop
-the run after too many in a row.
-
-Without the guard, one NaN/inf loss (a bad batch, a learning-rate spike, an fp16 overflow) reaches
-``optimizer.step``: AdamW's moments become NaN and every later step and checkpoint is ruined, while
-the log keeps printing. The check itself is part of the optimizer wrapper type the config names
-(``optim_wrapper=dict(type='vit_plugin.GuardedOptimWrapper', ...)``,
-:mod:`vit_plugin.engine.optimizers.nonfinite_step`): it drops a non-finite update before it changes
-parameters, optimizer state or loss scaler. This hook only reports and decides:
-
-* it reads the wrappers' verdicts on the host in batches, every ``check_interval`` iterations, where
-  skips are counted and logged and the stop is decided (:mod:`vit_plugin.engine.hooks.nonfinite_reads`);
-* a wrapper that counts on the device itself (``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``)
-  reports its counters when the logged losses reach the host (once per logging interval).
-
-After ``max_consecutive`` skipped updates in a row the run stops with :class:`~.nonfinite_reads.NonFiniteTrainingError`;
-under fp16 it also stops, with :class:`~.nonfinite_reads.LossScaleCollapseError`, when the loss scale has fallen below
-``min_loss_scale``. Every checkpoint on disk holds finite weights (one written during a streak holds
-the last good weights unchanged), so ``--resume`` continues from it.
-
-The run plan gives a config that lists this hook but names an unguarded wrapper (``OptimWrapper``,
-``AmpOptimWrapper`` ...) the guarded type, and with ``enabled=False`` the unguarded one
-(:func:`~vit_plugin.engine.optimizers.nonfinite_step.guarded_optim_wrapper_cfg`).
+the run after too many in a row. See docs/configs.md#training-and-testing ("Non-finite steps are skipped").
 """
 import logging
 from typing import List
@@ -37,26 +16,19 @@ from .nonfinite_reads import SkipLedger
 
 @HOOKS.register_module()
 class NonFiniteGuardHook(Hook):
-    """Report the non-finite updates the guarded optimizer wrapper skipped; stop the run after too many
-    in a row.
-
-    See :mod:`vit_plugin.engine.hooks.nonfinite_guard` for what is checked and what it costs.
+    """Report the non-finite updates the guarded optimizer wrappers skipped; stop the run after too many in a row.
 
     Args:
         max_consecutive (int): Consecutive skipped updates after which training stops with
-            :class:`NonFiniteTrainingError`. A learning rate that diverges produces a streak; one
-            bad batch produces one. Defaults to 10.
+            :class:`NonFiniteTrainingError`. Defaults to 10.
         check_grad_norm (bool, optional): The wrapper's setting (``optim_wrapper.check_grad_norm``),
             which the run plan copies there when given here. Defaults to None: the wrapper's (True).
         check_interval (int): Iterations between two host reads of the collected verdicts (where
-            skips are logged and the stop is decided). 1 reads after every iteration, as a device
-            synchronisation. Defaults to 10.
+            skips are logged and the stop is decided). Defaults to 10.
         min_loss_scale (float): fp16 only: stop with :class:`LossScaleCollapseError` when the loss
-            scale falls below this (gradients overflow fp16 even when barely scaled). Defaults to
-            1e-4.
+            scale falls below this. Defaults to 1e-4.
         enabled (bool): False switches the guard off (the run plan then builds the unguarded
-            wrapper; mmengine does not let configs drop a default hook by setting it to None):
-            ``--cfg-options default_hooks.nonfinite_guard.enabled=False``. Defaults to True.
+            wrapper). Defaults to True.
     """
 
     # Before the checkpoint hook (VERY_LOW): a run that stops saves nothing at that iteration.

@@ -1,20 +1,4 @@
-"""The host side of ``vit_plugin.NonFiniteGuardHook``: verdicts read in batches, streaks counted, the run
-stopped.
-
-The verdicts of the guarded optimizer wrappers
-(:class:`~vit_plugin.engine.optimizers.nonfinite_step.NonFiniteGuardMixin`) stay on the device.
-:class:`SkipLedger` collects one per update and reads them on the host every ``check_interval``
-iterations (one small transfer): there the streak is counted, the skipped iterations are logged with
-their non-finite loss terms and the stop is decided. A streak is therefore stopped up to
-``check_interval - 1`` iterations after it reached ``max_consecutive``; those iterations change no
-weights either.
-
-Every skipped update is counted, whoever skipped it: the guard's own check, or the fp16 scaler's
-(whose overflows the guard sees too). Under fp16 the run also stops when the loss scale has fallen
-below ``min_loss_scale``. A wrapper that checks and counts on the device itself
-(``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``) hands over its counters when they reach the
-host with the logged losses: :meth:`SkipLedger.read_device_counts`.
-"""
+"""The host side of ``vit_plugin.NonFiniteGuardHook``: verdicts read in batches, skips logged, the run stopped."""
 import logging
 import math
 from typing import List, Optional, Sequence, Tuple
@@ -60,7 +44,7 @@ class SkipLedger:
 
     Args:
         max_consecutive (int): Consecutive skipped updates after which :meth:`read` stops the run.
-        min_loss_scale (float): fp16 only: :meth:`read` stops the run when the loss scale is below.
+        min_loss_scale (float): fp16: :meth:`read` stops the run when the loss scale is below it.
     """
 
     def __init__(self, max_consecutive: int, min_loss_scale: float):
@@ -110,8 +94,7 @@ class SkipLedger:
                     f'`--amp bf16` (compute capability 8.0+) or fp32, or lower the learning rate, then `--resume`.')
 
     def read_device_counts(self, runner, skipped: int, longest_streak: int) -> None:
-        """Host side for a wrapper that skips and counts on the device: log the updates skipped since
-        the last call and stop the run once a streak reached ``max_consecutive``."""
+        """Log the updates a device-counting wrapper skipped since the last call; stop at ``max_consecutive``."""
         if skipped > self.skipped_total:
             print_log(f'NonFiniteGuardHook: {skipped - self.skipped_total} update(s) with a '
                       f'non-finite loss or gradient were skipped on the device before iteration '

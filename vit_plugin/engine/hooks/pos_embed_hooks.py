@@ -14,23 +14,10 @@ from vit_plugin.registry import HOOKS
 
 @HOOKS.register_module()
 class PosEmbedResizeHook(Hook):
-    """Resize position embeddings and patch kernels inside the checkpoint dict right after the runner
-    reads it (``load_from`` and ``--resume``), before anything else looks at it.
+    """Resize position embeddings and patch kernels in the checkpoint dict as soon as the runner reads it.
 
-    The backbone's load-state-dict pre-hook already adapts weights on every loading path; doing it
-    here as well, one step earlier, has two benefits for runner checkpoints:
-
-    * ``--resume`` across a resolution or patch-size change works: the optimizer state of a resized
-      parameter (e.g. Adam's moments of ``pos_embed``) no longer matches its shape, so it is reset
-      (and logged) instead of crashing the first optimizer step;
-    * other hooks that inspect ``checkpoint['state_dict']`` after loading (e.g. EMA) see tensors
-      that already have the model's shapes.
-
-    Every resize is logged once: the pre-hook later finds the tensors already adapted and stays
-    silent. Only shapes and key names are adapted here
-    (:func:`~vit_plugin.models.load_adapt.adapt_vit_state_dict`): the checkpoint's numerics records
-    (GELU, LayerNorm eps, input normalisation) stay in the dict for the backbone's own load step, which
-    its ``checkpoint_numerics`` keyword controls (an EMA copy of the model loading the dict sees them too).
+    Covers ``load_from`` and ``--resume``; the optimizer state of a resized parameter is reset (logged).
+    See docs/checkpoints.md#position-embedding-resize.
 
     Args:
         reset_optimizer_state (bool): Reset the optimizer state of parameters whose shape changed.

@@ -13,46 +13,22 @@ _MIX = 1_000_003  # a prime: (seed, step) pairs map to distinct 32-bit seeds for
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
-    """The seed used for training step ``step`` (an epoch or an iteration) of process ``rank``.
-
-    The processes of one step always get distinct seeds; no two (step, rank) pairs share one while
-    there are fewer than 7919 processes.
-    """
+    """The seed of step ``step`` (epoch or iteration) of process ``rank``; distinct below 7919 ranks."""
     return (int(seed) * _MIX + int(step) * 7919 + int(rank)) % (2 ** 32)
 
 
 @HOOKS.register_module()
 class RNGReseedHook(Hook):
-    """Reseed Python, NumPy and torch at the start of every epoch (epoch-based loops) or every
-    iteration (iteration-based loops) from the run's seed, the step counter and the process's rank.
+    """Reseed Python, NumPy, torch (and a strategy's ``seed_device``) from (seed, rank, step) at every step.
 
-    mmengine seeds the random generators once when the runner starts and does not store their
-    states in checkpoints, so a run resumed with ``--resume`` draws different dropout masks and
-    augmentations than the uninterrupted run would have, and its losses diverge. With this hook the
-    random streams of a step depend only on (seed, rank, step), so a resumed run repeats the
-    uninterrupted run exactly (on the same hardware and software, with deterministic kernels).
-
-    Every data-parallel process draws its own stream: the dropout and drop-path masks, the MPP
-    corruption plans and the host-side augmentations of one step differ across processes, as they
-    do across the examples of one large batch on a single device. (Equal streams would repeat each
-    process's masks on all the others: one global batch would carry only one process's share of
-    randomness.) This does not depend on mmengine's ``randomness.diff_rank_seed``, which is best
-    left off: it would also give every process its own initial weights (DDP replaces them with rank
-    0's, FSDP keeps each process's shard of its own) and make the data sampler use a seed drawn at
-    start-up instead of the configured one. Rank 0 draws what a single-process run draws. A strategy
-    with a ``seed_device(seed)`` method reseeds its device's own generator too: under
-    ``vit_plugin.XLAStrategy`` the XLA device generator (dropout on TPUs).
-
-    Data-loader workers are already reseeded by mmengine each epoch from the seed and their rank;
-    persistent workers (``persistent_workers=True``) keep their streams across epochs and are
-    therefore only reproduced from the start of a run, not across a resume.
+    A resumed run then draws what the uninterrupted run draws, and each process draws its own stream.
+    See docs/configs.md#training-and-testing.
 
     Args:
         by_epoch (bool, optional): Reseed per epoch (True) or per iteration (False). Defaults to None:
             per iteration for ``IterBasedTrainLoop``, per epoch otherwise.
         per_rank (bool): Give every process its own stream. False repeats rank 0's draws on every
-            process (e.g. to compare a multi-process run with a single-process one draw by draw).
-            Defaults to True.
+            process. Defaults to True.
     """
     priority = 'VERY_HIGH'  # before anything else of the epoch/iteration draws random numbers
 

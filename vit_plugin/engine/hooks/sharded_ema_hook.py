@@ -1,16 +1,5 @@
-"""Weight averaging (EMA) of a model sharded with FSDP2 (``tools/train.py --fsdp``).
-
-mmengine's :class:`~mmengine.hooks.EMAHook` keeps its average in a deep copy of the model, and FSDP2
-modules refuse ``deepcopy``. :class:`ShardedEMAHook` is the same hook whose averaged model holds a
-*mirror*: a plain module tree with one detached copy of every parameter (for FSDP2, of every
-process's ``DTensor`` shard) under the same names. mmengine's averaged-model classes
-(``ExponentialMovingAverage``, ``MomentumAnnealingEMA``, ...) then work unchanged on the shards:
-the average is element-wise, so each process averages the part it holds and no communication is
-needed. Checkpoints follow mmengine's layout (``state_dict`` holds the averaged weights,
-``ema_state_dict`` the trained ones), written as shards by :class:`~vit_plugin.engine.FSDP2Strategy`.
-
-Under FSDP2 (``tools/train.py --fsdp``) ``vit_plugin.FlexibleRunner`` swaps a config's ``EMAHook`` for
-this one; the hook's settings are kept.
+"""Weight averaging (EMA) of a model sharded with FSDP2: the average is kept on a mirror of each
+process's shards. See docs/scaling.md#sharded-training-with-fsdp2.
 """
 from typing import Dict
 
@@ -25,8 +14,7 @@ from vit_plugin.registry import HOOKS
 
 
 def mirror_tensors(model: nn.Module) -> nn.Module:
-    """A plain module tree with ``model``'s structure and a detached copy of every parameter and
-    buffer, under the same names and in the same order, built without copying the modules."""
+    """A plain module tree with ``model``'s names and order, holding detached copies of its parameters and buffers."""
     nodes = {}
     for name, module in model.named_modules(remove_duplicate=False):
         node = nodes[name] = nn.Module()

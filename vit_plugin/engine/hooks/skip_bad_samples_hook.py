@@ -19,19 +19,10 @@ META_KEY = 'bad_samples'
 class SkipBadSamplesHook(Hook):
     """Log, count, report and limit the bad samples that ``vit_plugin.SkipBadSamples`` replaced.
 
-    Inert (no work, no communication) unless the training dataset is, or wraps, a ``SkipBadSamples``.
-    Then, after every iteration, it reads the records of replaced samples that came with the batch
-    (``(index, path, reason)``, see :mod:`vit_plugin.datasets.skip`), gathers them from all processes
-    of a distributed run (one all-reduce of a count per iteration; the records themselves only when
-    some process has any), logs each bad file once, and stops the run with
-    :class:`~vit_plugin.datasets.skip.BadSampleLimitExceeded`, naming the limit, as soon as more distinct
-    files were bad than ``floor(max_fraction * len(dataset))``. All processes hold the same counts, so
-    all stop at the same iteration.
-
-    The totals (distinct bad files, replacements) are logged at the end of every epoch (for
-    iteration-based loops: every pass over the data, or every ``report_interval`` iterations) and of
-    training, and written into every checkpoint's ``meta['bad_samples']`` with the list of files;
-    ``--resume`` continues counting from there.
+    Inert unless the training dataset is, or wraps, a ``SkipBadSamples``. All processes stop at the same
+    iteration with ``BadSampleLimitExceeded`` once more distinct files were bad than
+    ``floor(max_fraction * len(dataset))``; counts are kept in ``meta['bad_samples']`` of every
+    checkpoint. See docs/configs.md#bad-files-checked-decoding-and-a-counted-skip-policy.
 
     Args:
         report_interval (int, optional): Iterations between reports of an iteration-based loop.

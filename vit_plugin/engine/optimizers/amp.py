@@ -1,27 +1,4 @@
-"""Mixed precision on every backend: one option, the right optimizer wrapper per device.
-
-* GPU, bf16: :class:`AutocastOptimWrapper` with ``dtype='bfloat16'`` and no loss scaler. bf16 has
-  fp32's exponent range, so gradients neither overflow nor underflow where fp32's would not, and a
-  scaler would only add work. It needs a GPU with native bf16 (compute capability 8.0 or newer:
-  A100, H100, L4, RTX 30xx and later); elsewhere the wrapper refuses to build and says so.
-* GPU, fp16: the same wrapper with ``dtype='float16'`` and dynamic loss scaling
-  (``torch.amp.GradScaler``): the loss is multiplied by a large scale so small gradients survive
-  fp16's narrow range; a step whose gradients overflow is skipped and the scale lowered.
-* CPU: ``torch.autocast('cpu', bfloat16)`` plus :class:`Fp32Policy`, because CPU autocast runs
-  softmax and LayerNorm in bf16 when their input is bf16 (the fused attention kernel keeps its
-  softmax in fp32 internally; attention that falls back to an explicit softmax -- trainable
-  relative position bias, attention dropout -- runs in fp32). ``vit_plugin.CPUAmpOptimWrapper`` is
-  this wrapper pinned to the CPU.
-* XLA: ``vit_plugin.XLAOptimWrapper(dtype='bfloat16')`` (XLA autocast).
-
-Each wrapper has a guarded type that drops non-finite updates (``vit_plugin.GuardedAutocastOptimWrapper``,
-``vit_plugin.GuardedCPUAmpOptimWrapper``; :mod:`~vit_plugin.engine.optimizers.nonfinite_step`).
-
-CUDA's autocast policy already keeps LayerNorm, softmax and the losses in fp32. Weights, gradients
-and optimizer state stay fp32 everywhere. :func:`resolve_precision` is the rule behind
-``tools/train.py --amp``: bf16 where the device computes it natively, fp16 with loss scaling on
-older GPUs.
-"""
+"""Mixed precision: each device's optimizer wrapper, and ``--amp`` (docs/configs.md#training-and-testing)."""
 from contextlib import contextmanager
 from typing import Optional, Tuple, Union
 
@@ -55,11 +32,7 @@ def _upcast(value):
 
 
 class Fp32Policy(TorchFunctionMode):
-    """Run softmax, LayerNorm/GroupNorm and the common losses on fp32 inputs under autocast.
-
-    CPU autocast has no fp32 list for these ops; this mode extends its policy to match CUDA's. The
-    ops are not in CPU autocast's lower-precision list, so fp32 inputs keep them in fp32.
-    """
+    """Under CPU autocast, run softmax, norms and the common losses on fp32 inputs, as CUDA's policy does."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -74,8 +47,6 @@ class Fp32Policy(TorchFunctionMode):
 
 
 def _explicit_softmax(args, kwargs) -> bool:
-    """Whether CPU SDPA will decompose into an explicit softmax (instead of its fused kernel, which
-    accumulates in fp32): with a bias that needs a gradient (relative position tables) or dropout."""
     mask = kwargs.get('attn_mask', args[3] if len(args) > 3 else None)
     dropout = kwargs.get('dropout_p', args[4] if len(args) > 4 else 0.)
     return dropout > 0 or (isinstance(mask, torch.Tensor) and mask.requires_grad)
@@ -96,11 +67,7 @@ def _as_dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
 
 
 def cuda_bf16_native(device: Optional[int] = None) -> bool:
-    """Whether the GPU computes bf16 natively (compute capability >= 8.0, or any ROCm GPU).
-
-    ``torch.cuda.is_bf16_supported()`` alone also answers True where bf16 is only emulated (V100,
-    T4): there bf16 matmuls run at a fraction of fp16's speed.
-    """
+    """Whether the GPU computes bf16 natively (compute capability >= 8.0, or any ROCm GPU), not emulated."""
     if not torch.cuda.is_available():
         return False
     if torch.version.hip:
@@ -137,16 +104,10 @@ class AutocastOptimWrapper(OptimWrapper):
 
     Args:
         dtype (str or torch.dtype): ``'bfloat16'`` or ``'float16'``. Defaults to ``'bfloat16'``.
-        loss_scale (str, float or dict, optional): fp16 loss scaling, as in mmengine's
-            ``AmpOptimWrapper``: ``'dynamic'`` (the default for fp16), a fixed scale, or the keyword
-            arguments of ``torch.amp.GradScaler``. Must be None for bf16 (nothing to scale).
-            Defaults to None.
-        device_type (str, optional): Autocast device (``'cuda'`` or ``'cpu'``). Defaults to None:
-            the device of the optimizer's parameters.
+        loss_scale (str, float or dict, optional): fp16 only: ``'dynamic'`` (default), a fixed scale, or
+            ``torch.amp.GradScaler`` keyword arguments, as in ``AmpOptimWrapper``. Defaults to None.
+        device_type (str, optional): ``'cuda'`` or ``'cpu'``. Defaults to the parameters' device.
         **kwargs: ``optimizer``, ``accumulative_counts``, ``clip_grad`` as for ``OptimWrapper``.
-
-    Attributes:
-        loss_scaler (torch.amp.GradScaler or None): The fp16 scaler (None for bf16).
     """
 
     def __init__(self, dtype: Union[str, torch.dtype] = 'bfloat16', loss_scale=None,
@@ -226,9 +187,8 @@ class CPUAmpOptimWrapper(AutocastOptimWrapper):
     """:class:`AutocastOptimWrapper` on the CPU in bf16 (LayerNorm, softmax, losses in fp32).
 
     Args:
-        dtype (str or torch.dtype): Only ``'bfloat16'``: CPU autocast has no fp16 policy worth
-            training with, and bf16 needs no loss scaling. Defaults to ``'bfloat16'``.
-        **kwargs: ``optimizer``, ``accumulative_counts``, ``clip_grad`` as for ``OptimWrapper``.
+        dtype (str or torch.dtype): Only ``'bfloat16'``. Defaults to ``'bfloat16'``.
+        **kwargs: As for ``OptimWrapper``.
     """
 
     def __init__(self, dtype: Union[str, torch.dtype] = 'bfloat16', **kwargs):
@@ -241,39 +201,25 @@ class CPUAmpOptimWrapper(AutocastOptimWrapper):
 
 @OPTIM_WRAPPERS.register_module()
 class GuardedAutocastOptimWrapper(NonFiniteGuardMixin, AutocastOptimWrapper):
-    """:class:`AutocastOptimWrapper` that drops an update whose loss or gradients are not finite
-    (:mod:`~vit_plugin.engine.optimizers.nonfinite_step`; fp16: the loss scaler's check and the loss's).
+    """:class:`AutocastOptimWrapper` that drops an update whose loss or gradients are not finite.
 
     Args:
-        check_grad_norm (bool): Also check the global gradient norm where there is no loss scaler
-            (bf16). Defaults to True.
-        **kwargs: As for :class:`AutocastOptimWrapper`.
+        check_grad_norm (bool): Also check the gradient norm without a loss scaler. Defaults to True.
     """
 
 
 @OPTIM_WRAPPERS.register_module()
 class GuardedCPUAmpOptimWrapper(NonFiniteGuardMixin, CPUAmpOptimWrapper):
-    """:class:`CPUAmpOptimWrapper` that drops an update whose loss or gradients are not finite
-    (:mod:`~vit_plugin.engine.optimizers.nonfinite_step`).
+    """:class:`CPUAmpOptimWrapper` that drops an update whose loss or gradients are not finite.
 
     Args:
         check_grad_norm (bool): Also check the global gradient norm. Defaults to True.
-        **kwargs: As for :class:`CPUAmpOptimWrapper`.
     """
 
 
 def resolve_precision(requested: str, device: str) -> Tuple[str, str]:
-    """The precision ``--amp [requested]`` trains in on ``device``, and why.
-
-    Args:
-        requested (str): ``'auto'`` (``--amp`` without a value), ``'bf16'`` or ``'fp16'``.
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
-
-    Returns:
-        tuple[str, str]: ``'bf16'`` or ``'fp16'``, and a sentence for the log.
-
-    Raises:
-        ValueError: bf16 on a GPU without native bf16, or fp16 off a GPU.
+    """``('bf16' | 'fp16', log sentence)``: what ``--amp [requested]`` (``'auto'``, ``'bf16'``, ``'fp16'``)
+    trains in on ``device``. Raises ValueError for bf16 on a GPU without it, or fp16 off a GPU.
     """
     if requested not in ('auto', 'bf16', 'fp16'):
         raise ValueError(f"mixed precision must be 'auto', 'bf16' or 'fp16', got {requested!r}.")
@@ -295,17 +241,8 @@ def resolve_precision(requested: str, device: str) -> Tuple[str, str]:
 
 
 def use_mixed_precision(optim_wrapper: dict, precision: str, device: str) -> dict:
-    """Rewrite an ``optim_wrapper`` config for mixed precision on ``device``.
-
-    A guarded type (``vit_plugin.GuardedOptimWrapper`` ...) becomes the guarded mixed-precision type.
-
-    Args:
-        optim_wrapper (dict): The config's ``optim_wrapper`` (changed in place).
-        precision (str): ``'bf16'`` or ``'fp16'`` (fp16 with dynamic loss scaling, GPU only).
-        device (str): ``'cuda'``, ``'cpu'`` or ``'xla'``.
-
-    Returns:
-        dict: ``optim_wrapper``.
+    """Rewrite ``optim_wrapper`` in place (and return it) for ``precision`` on ``device``; guarded stays
+    guarded. Raises ValueError for an unknown precision, device or wrapper type, or fp16 off a GPU.
     """
     if precision not in ('bf16', 'fp16'):
         raise ValueError(f"mixed precision must be 'bf16' or 'fp16', got {precision!r}.")

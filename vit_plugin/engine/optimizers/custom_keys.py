@@ -1,13 +1,5 @@
-"""``paramwise_cfg.custom_keys`` that match no parameter: reported, not silently ignored.
-
-mmengine's ``DefaultOptimWrapperConstructor`` (and the constructors built on it) gives a parameter the
-settings of the longest key that is a substring of its path (``'{module path}.{name}'``); a key that is
-a substring of no path changes nothing, without a word. A config written for mmpretrain's ViT
-(``backbone.layers.N``) meets this when it swaps in vit_plugin's (``backbone.blocks.N``).
-vit_plugin's runners call :func:`check_custom_keys` once the optimizer is built: each such key gets
-one warning naming the closest parameter paths, or with ``paramwise_cfg.strict_custom_keys=True`` an
-error. A warning is the default: mmpretrain's shared schedules carry keys meant for other models (such
-as ``.absolute_pos_embed``).
+"""``paramwise_cfg.custom_keys`` that match no parameter path: one warning each naming the closest paths,
+or an error under ``strict_custom_keys=True``. See docs/configs.md#one-runner-named-by-the-config.
 """
 import difflib
 import logging
@@ -25,8 +17,7 @@ class UnmatchedCustomKeyError(KeyError):
 
 
 def parameter_paths(model: nn.Module) -> List[str]:
-    """The strings mmengine matches custom keys against: ``'{module path}.{name}'`` of each parameter
-    (``'.{name}'`` for the parameters of the model itself)."""
+    """The strings mmengine matches custom keys against: ``'{module path}.{name}'`` of each parameter."""
     paths = []
     for module_name, module in model.named_modules():
         for name, _ in module.named_parameters(recurse=False):
@@ -35,9 +26,7 @@ def parameter_paths(model: nn.Module) -> List[str]:
 
 
 def closest_paths(key: str, paths: Iterable[str], n: int = 3) -> List[str]:
-    """The parameter paths closest to ``key``: its number of path components compared with every run of
-    as many components in the paths (``'backbone.layers.0'`` -> ``'backbone.blocks.0'``), each shown with
-    the rest of one path it starts."""
+    """Up to ``n`` parameter paths closest to ``key``, compared component by component."""
     parts = [part for part in key.split('.') if part]
     width = max(len(parts), 1)
     windows: Dict[str, str] = {}
@@ -51,19 +40,13 @@ def closest_paths(key: str, paths: Iterable[str], n: int = 3) -> List[str]:
 
 
 def check_custom_keys(model: nn.Module, optim_wrapper_cfg: Optional[dict]) -> List[str]:
-    """Warn once for each ``paramwise_cfg.custom_keys`` entry of ``optim_wrapper_cfg`` that matches no
-    parameter path of ``model``, naming the closest ones (an error with
-    ``paramwise_cfg.strict_custom_keys=True``).
-
-    Args:
-        model (nn.Module): The model the optimizer was built for (not wrapped).
-        optim_wrapper_cfg (dict, optional): The config's ``optim_wrapper``.
+    """Report each ``paramwise_cfg.custom_keys`` entry of ``optim_wrapper_cfg`` that matches no parameter of ``model``.
 
     Returns:
-        list[str]: The keys that match nothing.
+        list[str]: The keys that match nothing (each warned about).
 
     Raises:
-        UnmatchedCustomKeyError: under ``strict_custom_keys=True``, for the first key that matches nothing.
+        UnmatchedCustomKeyError: Under ``strict_custom_keys=True``, for the first such key.
     """
     paramwise = (optim_wrapper_cfg or {}).get('paramwise_cfg') or {}
     custom_keys = paramwise.get('custom_keys') or {}

@@ -1,11 +1,6 @@
-"""Layer-wise learning-rate decay for ViT backbones, in classifiers and detectors alike.
-
-Fine-tuning a pre-trained ViT works best when the layers near the input change least (BEiT, MAE,
-ViTDet): the learning rate of a parameter at depth ``d`` is ``base_lr * rate ** (max_depth - d)``.
-mmpretrain's constructor needs ``get_layer_depth`` on the *whole* model, which mmdet detectors do not
-have, and mmdet's own constructor only knows ConvNeXt names. This one finds the backbone wherever it
-sits, asks it for depths with the right prefix, and gives everything outside it (necks, heads) the
-full learning rate.
+"""Layer-wise learning-rate decay for ViT backbones, in classifiers and detectors alike: depth ``d`` trains
+at ``base_lr * rate ** (max_depth - d)``, modules outside the backbone at the full rate. See
+docs/detection.md.
 """
 from collections import defaultdict
 from typing import List, Optional, Tuple
@@ -22,10 +17,10 @@ _NORMS = (nn.LayerNorm, nn.GroupNorm, torch_compat.BatchNormBase, torch_compat.I
 
 
 def find_layer_depth_module(model: nn.Module) -> Tuple[str, nn.Module]:
-    """Return ``(prefix, module)`` of the first module (the model itself first) with ``get_layer_depth``.
+    """``(prefix, module)`` of the first module (the model itself first) with ``get_layer_depth``.
 
     Raises:
-        TypeError: if no module has it.
+        TypeError: No module has it.
     """
     found = find_module(model, lambda module: callable(getattr(module, 'get_layer_depth', None)))
     if found is None:
@@ -39,21 +34,17 @@ def find_layer_depth_module(model: nn.Module) -> Tuple[str, nn.Module]:
 class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """Optimizer-wrapper constructor with layer-wise lr decay and ViT-style weight-decay exemptions.
 
-    Parameters are grouped by (depth, weight decay), so the optimizer sees a few groups instead of
-    one per tensor. Groups are ordered from the top (full lr) down, so the ``lr`` mmengine logs is
-    the base learning rate; the constructor logs every group's lr and weight decay once at build time.
+    Parameters are grouped by (depth, weight decay), top (full lr) first, so the logged ``lr`` is the base one.
 
     ``paramwise_cfg`` keys:
 
-    - ``layer_decay_rate`` (float): Decay per depth. Defaults to 1.0 (no decay). ViTDet uses 0.7 for
-      ViT-B, 0.8 for ViT-L; BEiT/MAE fine-tuning 0.65-0.75.
+    - ``layer_decay_rate`` (float): Decay per depth, in (0, 1]. Defaults to 1.0 (no decay).
     - ``decay_norm_and_bias`` (bool): Apply weight decay to norm parameters and biases (all 1-D
-      parameters). Defaults to False: they, and the backbone's ``no_weight_decay()`` names
-      (``pos_embed``, ``cls_token``, relative position tables), get none.
+      parameters). Defaults to False: they, and the backbone's ``no_weight_decay()`` names, get none.
     - ``custom_keys`` (dict): Substring of a parameter name -> ``dict(lr_mult=..., decay_mult=...)``,
       applied on top of the rules above (longest matching key wins).
     - ``strict_custom_keys`` (bool): A custom key that matches no parameter is an error instead of a
-      warning (:mod:`~vit_plugin.engine.optimizers.custom_keys`, checked by vit_plugin's runners).
+      warning.
 
     Example::
 

@@ -1,34 +1,4 @@
-"""Optimizer wrappers that drop an update whose loss or gradients are not finite.
-
-The guard is a property of the optimizer wrapper type the config names (docs/configs.md, "Non-finite
-steps are skipped"): ``vit_plugin.GuardedOptimWrapper`` for mmengine's ``OptimWrapper``,
-``vit_plugin.GuardedAmpOptimWrapper`` for its ``AmpOptimWrapper``, the guarded autocast wrappers of
-:mod:`vit_plugin.engine.optimizers.amp`, and ``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``
-(which checks and counts on its device, :class:`DeviceCountedNonFiniteGuard`).
-:class:`NonFiniteGuardMixin` holds the check between the backward pass and the optimizer step:
-
-* every backward pass records whether its loss is finite; before the update, the global gradient
-  norm (all parameters, after the DDP all-reduce) is checked as well -- or, under fp16 loss
-  scaling, the scaler's own inf/NaN check of the gradients is used;
-* a non-finite update is dropped *before* it changes anything: parameters, optimizer state (AdamW
-  moments and step count) and loss scaler are left as they were (the scaler lowers its scale, as it
-  does for every overflow), and the gradients are zeroed as after any update;
-* under DDP/FSDP the verdict is all-reduced (one two-element tensor per update), so all ranks skip
-  the same update and stay in lock-step;
-* with gradient accumulation the check covers all micro-batches of the update.
-
-No host synchronisation per update where the optimizer allows it: the verdict stays a device tensor,
-and torch's fused Adam/AdamW/SGD (the CUDA default of ``tools/train.py``) take a ``found_inf``
-tensor and leave parameters and state untouched when it is set, as they do for the fp16 scaler.
-Optimizers without a fused kernel (foreach/for-loop AdamW, LAMB, LARS...) need the verdict on the
-host before they step: one device-to-host read per update there (free on a CPU, where the device is
-the host). ``vit_plugin.NonFiniteGuardHook`` reads the verdicts in batches, logs the skips and stops
-a run after too many in a row (:mod:`vit_plugin.engine.hooks.nonfinite_reads`).
-
-Cost on the device: one norm over the gradients (a read of every gradient, much cheaper than the
-optimizer's own update) and, under fp16, an explicit unscale of the gradients (which the fused
-optimizers would otherwise fold into their update).
-"""
+"""Optimizer wrappers that drop a non-finite update unapplied (docs/configs.md#training-and-testing)."""
 import abc
 import copy
 from typing import Any, Dict, Optional, Tuple
@@ -50,20 +20,11 @@ def _skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
 
 
 class NonFiniteGuardMixin:
-    """The non-finite check of an optimizer wrapper class (see the module docstring).
-
-    Put it before an mmengine ``OptimWrapper`` class in the bases: it extends ``backward`` (to see
-    each loss) and ``step`` (to drop a non-finite update). ``vit_plugin.NonFiniteGuardHook`` reads
-    the verdicts (:meth:`take_verdict`) and decides when the run stops.
+    """The non-finite check of an optimizer wrapper; put it before the ``OptimWrapper`` class in the bases.
 
     Args:
-        check_grad_norm (bool): Also check the global gradient norm (without a loss scaler, which
-            checks the gradients itself). Defaults to True.
-        **kwargs: The wrapper's own arguments (``optimizer``, ``clip_grad``, ...).
-
-    Attributes:
-        last_grad_norm (torch.Tensor or None): The global gradient norm of the last update, on the
-            device (None: not computed).
+        check_grad_norm (bool): Also check the global gradient norm (a loss scaler checks the
+            gradients itself). Defaults to True.
     """
 
     #: The wrapper's loss scaler; AMP wrappers set their own (None: no loss scaling).
@@ -94,19 +55,17 @@ class NonFiniteGuardMixin:
         self._verdict_flags = self._scaled_step(scaler, kwargs) if scaler is not None else self._plain_step(kwargs)
 
     def take_verdict(self) -> Optional[torch.Tensor]:
-        """The device verdict ``[loss not finite, gradients not finite]`` of the last update (None: no
-        update happened since the last call)."""
+        """The device verdict ``[loss not finite, gradients not finite]`` of the last update, or None."""
         flags, self._verdict_flags = self._verdict_flags, None
         return flags
 
     def pop_skipped(self) -> Optional[bool]:
-        """Whether the last update was skipped (None: no update since the last call). Reads the verdict
-        on the host."""
+        """Whether the last update was skipped (None: no update since the last call); a host read."""
         flags = self.take_verdict()
         return None if flags is None else bool(flags.max().item())
 
     def _verdict(self, grads_bad: torch.Tensor) -> torch.Tensor:
-        """[loss bad, gradients bad] of this update, common to all ranks (still on the device)."""
+        """[loss bad, gradients bad] of this update, common to all ranks (on the device)."""
         loss_bad = self._loss_bad if self._loss_bad is not None else torch.zeros((), dtype=torch.bool)
         self._loss_bad = None
         flags = torch.stack([loss_bad.to(grads_bad.device).float().reshape(()), grads_bad.float().reshape(())])
@@ -167,13 +126,7 @@ class NonFiniteGuardMixin:
 
 
 class DeviceCountedNonFiniteGuard(abc.ABC):
-    """Interface of an optimizer wrapper that skips non-finite updates and counts them on its device
-    (``vit_plugin.XLAOptimWrapper(nonfinite_guard=True)``): ``vit_plugin.NonFiniteGuardHook`` reads the
-    counters when they reach the host (:meth:`nonfinite_counts`) instead of one verdict per update.
-
-    Attributes:
-        nonfinite_guard (bool): Whether the guard is on.
-    """
+    """Interface of a wrapper that skips non-finite updates and counts them on its device (XLA)."""
 
     nonfinite_guard: bool = False
 
@@ -188,7 +141,6 @@ class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
 
     Args:
         check_grad_norm (bool): Also check the global gradient norm. Defaults to True.
-        **kwargs: ``optimizer``, ``accumulative_counts``, ``clip_grad`` as for ``OptimWrapper``.
     """
 
 
@@ -197,9 +149,7 @@ class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
     """mmengine's ``AmpOptimWrapper`` that drops an update whose loss or gradients are not finite.
 
     Args:
-        check_grad_norm (bool): Also check the global gradient norm where there is no loss scaler.
-            Defaults to True.
-        **kwargs: ``loss_scale``, ``dtype``, ``use_fsdp``, ``optimizer``, ... as for ``AmpOptimWrapper``.
+        check_grad_norm (bool): Also check the gradient norm without a loss scaler. Defaults to True.
     """
 
 
@@ -221,8 +171,7 @@ _XLA = 'XLAOptimWrapper'
 
 
 def wrapper_type_name(wrapper_type: Any) -> str:
-    """The class name an ``optim_wrapper`` config's ``type`` names, without its scope (a missing type is
-    mmengine's default, ``OptimWrapper``)."""
+    """The unscoped class name an ``optim_wrapper`` config's ``type`` names (None: ``'OptimWrapper'``)."""
     if wrapper_type is None:
         return 'OptimWrapper'
     name = wrapper_type.__name__ if isinstance(wrapper_type, type) else str(wrapper_type)
@@ -230,7 +179,6 @@ def wrapper_type_name(wrapper_type: Any) -> str:
 
 
 def _settings(guard_settings) -> Tuple[bool, Optional[bool]]:
-    """(enabled, check_grad_norm or None) of a ``default_hooks.nonfinite_guard`` entry."""
     if isinstance(guard_settings, dict):
         return bool(guard_settings.get('enabled', True)), guard_settings.get('check_grad_norm')
     return bool(guard_settings.enabled), guard_settings.check_grad_norm  # a built NonFiniteGuardHook
@@ -257,25 +205,11 @@ def _one_wrapper(cfg: dict, enabled: bool, check_grad_norm: Optional[bool], key:
 
 
 def guarded_optim_wrapper_cfg(optim_wrapper_cfg: Optional[dict], guard_settings) -> Optional[dict]:
-    """The ``optim_wrapper`` config with the non-finite guard as ``default_hooks.nonfinite_guard`` sets it.
+    """A copy of ``optim_wrapper_cfg`` guarded as ``guard_settings`` (``default_hooks.nonfinite_guard``) says.
 
-    A pure function (the input is not changed). With the hook enabled, each wrapper type becomes its
-    guarded counterpart (:data:`GUARDED_TYPES`; ``vit_plugin.XLAOptimWrapper`` gets
-    ``nonfinite_guard=True``) and the hook's ``check_grad_norm``, when given, is copied to the wrapper;
-    with ``enabled=False`` the guarded types become their unguarded counterparts. Without the hook
-    (``guard_settings`` None) the config is returned as it is. Per-module wrappers (mmengine's
-    ``MultiOptimWrapperConstructor``) are mapped one by one; other types are left as they are.
-
-    Args:
-        optim_wrapper_cfg (dict, optional): The config's ``optim_wrapper``.
-        guard_settings (dict or NonFiniteGuardHook, optional): The config's
-            ``default_hooks.nonfinite_guard``.
-
-    Returns:
-        dict or None: A new ``optim_wrapper`` config.
-
-    Raises:
-        ValueError: The wrapper's ``check_grad_norm`` and the hook's disagree.
+    Each type becomes its guarded counterpart (:data:`GUARDED_TYPES`), or with ``enabled=False`` its
+    unguarded one; unknown types and a None hook leave it unchanged. Raises ValueError when the wrapper's
+    ``check_grad_norm`` and the hook's disagree.
     """
     cfg = copy.deepcopy(optim_wrapper_cfg)
     if cfg is None or guard_settings is None:

@@ -12,16 +12,7 @@ from .vit_options import PatchSettings
 
 
 class HybridEmbed(nn.Module):
-    """ResNet feature extractor followed by a patch projection on its feature map.
-
-    Args:
-        backbone (nn.Module): Maps images to a feature map; has ``out_channels``.
-        patch_size (tuple[int, int]): Patch size on the feature map.
-        embed_dims (int): Token width D.
-        padding (str, optional): 'corner' or 'same' zero-padding of a feature map the patch does not
-            divide. Defaults to None: raise.
-        bias (bool): Bias of the projection. Defaults to True.
-    """
+    """ResNet ``backbone`` then a patch projection of its feature map; ``padding`` as :class:`ViT`'s."""
 
     def __init__(self, backbone: nn.Module, patch_size: Tuple[int, int], embed_dims: int,
                  padding: Optional[str] = None, bias: bool = True):
@@ -50,10 +41,9 @@ class HybridEmbed(nn.Module):
 
 @MODELS.register_module()
 class HybridViT(ViT):
-    """R50+ViT hybrid (`Dosovitskiy et al. <https://arxiv.org/abs/2010.11929>`_, section 3.1).
+    """R50+ViT hybrid: tokens from the official ResNet's feature map, the rest :class:`ViT` (timm's names).
 
-    Tokens come from the official ResNet's feature map; the rest is :class:`ViT`. Names equal timm's
-    hybrids. See docs/backbone.md#r50vit-hybrid.
+    See docs/backbone.md#r50vit-hybrid.
 
     Args:
         arch (str | dict): ViT arch, see :class:`ViT`. Defaults to 'base'.
@@ -97,10 +87,8 @@ class HybridViT(ViT):
         return x
 
     def init_weights(self):
-        """Official initialisation unless ``init_cfg`` loads weights.
-
-        The ViT part as :meth:`ViT.init_weights`; ResNet convolutions LeCun-normal, GroupNorm scale 1 and
-        bias 0, except the last norm of every bottleneck (scale 0).
+        """Official initialisation unless ``init_cfg`` loads weights: the ViT part as :meth:`ViT.init_weights`,
+        ResNet convs LeCun-normal, GroupNorms (1, 0) except each bottleneck's last (scale 0).
         """
         super().init_weights()
         if self.init_cfg is not None:

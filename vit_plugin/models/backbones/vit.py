@@ -19,17 +19,7 @@ from .vit_options import OUT_TYPES, PatchSettings, block_settings, patch_setting
 
 
 def global_block_indices(num_layers: int) -> Tuple[int, ...]:
-    """The blocks that keep global attention in a windowed ViT, by ViTDet's rule, for any depth.
-
-    Stage ``k`` (1-4) ends after block ``ceil(k * num_layers / 4)``; the last block of each stage is
-    global. See docs/backbone.md.
-
-    Args:
-        num_layers (int): The depth.
-
-    Returns:
-        tuple[int]: Sorted 0-based indices of the global blocks.
-    """
+    """Sorted 0-based indices of the blocks a windowed ViT keeps global, ViTDet's rule (docs/backbone.md)."""
     return tuple(sorted({(k * num_layers + 3) // 4 - 1 for k in range(1, 5)}))  # ceil(k L / 4) - 1
 
 
@@ -39,13 +29,7 @@ BlockRunner = Callable[[nn.ModuleList, torch.Tensor, Tuple[int, int]], torch.Ten
 
 
 class BlockOutputs(NamedTuple):
-    """What one pass of the encoder loop (:meth:`ViT.forward_blocks`) gives.
-
-    Attributes:
-        last (Tensor): Tokens (B, N, D) after the last block, before the final norm.
-        taps (list[Tensor]): Tokens after each block asked for, in block order.
-        attention (list[Tensor]): Attention weights (B, heads, N, N) of every block, when asked for.
-    """
+    """:meth:`ViT.forward_blocks`'s result: ``last`` tokens (before the final norm), ``taps``, ``attention``."""
     last: torch.Tensor
     taps: List[torch.Tensor]
     attention: List[torch.Tensor]
@@ -55,8 +39,8 @@ class BlockOutputs(NamedTuple):
 class ViT(BaseModule):
     """Vision Transformer (`An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_).
 
-    Also a drop-in for mmpretrain's ``VisionTransformer``: its keywords and checkpoints. Every option,
-    output shape and parity check: docs/backbone.md; loading and numerics records: docs/checkpoints.md.
+    A drop-in for mmpretrain's ``VisionTransformer`` (keywords, checkpoints). Options and output shapes:
+    docs/backbone.md; loading and numerics records: docs/checkpoints.md#every-loading-path.
 
     Args:
         arch (str | dict): A key of :attr:`arch_zoo` or a dict of ``embed_dims``, ``num_layers``,
@@ -246,21 +230,13 @@ class ViT(BaseModule):
         return self._patch_grid
 
     def set_grad_checkpointing(self, enable: bool = True):
-        """Turn activation checkpointing on or off for every block (timm's switch).
-
-        A block runner (:meth:`set_block_runner`) reads the same switch.
-        """
+        """Turn activation checkpointing of every block on or off (timm's switch; block runners read it)."""
         self.with_cp = enable
         for block in self.blocks:
             block.with_cp = enable
 
     def set_block_runner(self, runner: Optional[BlockRunner]) -> None:
-        """Choose how :meth:`forward_blocks` runs the blocks.
-
-        Args:
-            runner (callable, optional): ``runner(blocks, tokens, grid) -> tokens``, computing what the
-                blocks in turn compute (e.g. :func:`vit_plugin.xla.scan.scan_blocks`). Used only for passes
-                that need the last block alone; None: the Python loop. See docs/backbone.md.
+        """Run :meth:`forward_blocks`'s last-block-only passes with ``runner(blocks, tokens, grid)``, or None.
 
         Raises:
             TypeError: ``runner`` is neither callable nor None.
@@ -272,10 +248,7 @@ class ViT(BaseModule):
 
     # ------------------------------------------------------------------ initialisation
     def init_weights(self):
-        """The official initialisation, or ``init_cfg`` when given.
-
-        See docs/backbone.md#initialisation.
-        """
+        """The official initialisation, or ``init_cfg`` when given (docs/backbone.md#initialisation)."""
         if self.init_cfg is not None:
             super().init_weights()
             if not _loads_weights(self.init_cfg):
@@ -338,14 +311,7 @@ class ViT(BaseModule):
 
     # ------------------------------------------------------------------ layer-wise lr decay / wd
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
-        """Depth of a parameter for layer-wise learning-rate decay (mmpretrain's convention).
-
-        Embeddings (``pre_norm`` too) are depth 0, block ``i`` is ``i + 1``, everything after the blocks
-        ``num_layers + 1``.
-
-        Returns:
-            tuple[int, int]: (layer depth, number of depths ``num_layers + 2``).
-        """
+        """(depth, ``num_layers + 2``) for layer-wise lr decay: embeddings 0, block ``i`` ``i + 1``, rest last."""
         num_depths = self.num_layers + 2
         if not param_name.startswith(prefix):
             return num_depths - 1, num_depths
@@ -385,12 +351,7 @@ class ViT(BaseModule):
     def embed(self, x: torch.Tensor,
               patch_transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
               ) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        """Images (B, C, H, W) -> (tokens (B, N, D) the first block takes, patch grid (rows, cols)).
-
-        Args:
-            x (Tensor): Images (B, C, H, W).
-            patch_transform (callable, optional): Applied to the patch embeddings (B, h*w, D) before the
-                class token and positions are added; keeps the shape (masked patch prediction).
+        """Images (B, C, H, W) -> (tokens (B, N, D), grid); ``patch_transform`` edits patch embeddings first.
 
         Raises:
             ValueError: The patch does not divide the input size and ``pad_to_patch`` is off.
@@ -404,17 +365,7 @@ class ViT(BaseModule):
 
     def forward_blocks(self, x: torch.Tensor, grid: Tuple[int, int], taps: Sequence[int] = (),
                        return_attention: bool = False) -> BlockOutputs:
-        """The encoder loop that every forward path runs: embedded tokens through every block.
-
-        Args:
-            x (Tensor): Embedded tokens (B, N, D), from :meth:`embed`.
-            grid (tuple[int, int]): The patch grid (rows, cols).
-            taps (Sequence[int]): Blocks (0-based) whose outputs to return too. Defaults to ().
-            return_attention (bool): Also return each block's attention weights. Defaults to False.
-
-        Returns:
-            BlockOutputs: Last block's tokens (before the final norm), the taps, the attention.
-        """
+        """Embedded tokens (B, N, D) through every block -> :class:`BlockOutputs` (``taps``: 0-based blocks)."""
         if self.block_runner is not None and not taps and not return_attention:
             return BlockOutputs(self.block_runner(self.blocks, x, grid), [], [])
         tapped, attention = [], []

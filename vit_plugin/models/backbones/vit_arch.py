@@ -1,8 +1,6 @@
-"""The ViT architectures by name: one table, with its aliases, and the parsing of an ``arch`` argument.
+"""The ViT architectures by name and the parsing of ``arch``; imports neither the package nor torch.
 
-Imports nothing from the package nor torch. Names, sizes and the one name that differs from
-mmpretrain (``'s'``): docs/backbone.md#archs.
-"""
+See docs/backbone.md#archs."""
 from typing import Any, Dict, Mapping, Tuple, Union
 
 #: The four numbers an arch fixes.
@@ -40,10 +38,8 @@ VIT_ARCHS: Dict[str, Dict[str, int]] = _expand_aliases({
 
 
 def parse_arch(arch: Union[str, Mapping[str, Any]], table: Mapping[str, dict] = VIT_ARCHS) -> Dict[str, int]:
-    """The sizes an ``arch`` argument names: a key of ``table`` (any case) or a dict.
-
-    A dict takes ``embed_dims``, ``num_layers``, ``num_heads`` and ``mlp_dims`` (or
-    ``feedforward_channels``).
+    """The sizes ``arch`` names: a key of ``table`` (any case), or a dict of ``embed_dims``, ``num_layers``,
+    ``num_heads`` and ``mlp_dims`` (or ``feedforward_channels``).
 
     Raises:
         KeyError: An unknown name.

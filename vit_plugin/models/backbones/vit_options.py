@@ -1,8 +1,6 @@
-"""The backbone's keywords, ours and mmpretrain ``VisionTransformer``'s, normalised to one set of settings.
+"""The backbone's keywords, ours and mmpretrain's, normalised to one set of settings; pure functions.
 
-Pure functions; unknown or meaningless keys are refused with what to use instead. See
-docs/backbone.md#every-keyword-of-mmpretrains-visiontransformer.
-"""
+See docs/backbone.md#every-keyword-of-mmpretrains-visiontransformer."""
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -57,16 +55,7 @@ def resolve_norm_eps(norm_eps: Optional[float], norm_cfg: Optional[Mapping]) -> 
 # ------------------------------------------------------------------------------------ patch embedding
 @dataclass(frozen=True)
 class PatchSettings:
-    """How images become patches.
-
-    Attributes:
-        patch_size (tuple[int, int]): Kernel = stride of the patch projection.
-        img_size (tuple[int, int]): Image size of the stored position grid.
-        in_channels (int): Image channels.
-        bias (bool): Bias of the patch projection.
-        padding (str, optional): One of :data:`PATCH_PADDINGS`, or None to refuse sizes the patch
-            does not divide.
-    """
+    """How images become patches; ``padding`` one of :data:`PATCH_PADDINGS`, or None to refuse bad sizes."""
     patch_size: Tuple[int, int]
     img_size: Tuple[int, int]
     in_channels: int
@@ -191,17 +180,7 @@ def _apply_layer_cfg(settings: Dict[str, Any], cfg: Mapping, arch: Mapping, what
 
 def block_settings(layer_cfgs: Union[None, Mapping, Sequence[Mapping]], arch: Mapping[str, int],
                    defaults: Mapping[str, Any], drop_path_rate: float) -> List[Dict[str, Any]]:
-    """Keyword arguments of every encoder block: ``defaults``, drop path, then ``layer_cfgs`` over them.
-
-    Args:
-        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's per-layer configs.
-        arch (dict): The arch's sizes (``num_layers``, ``embed_dims``, ``num_heads``, ``mlp_dims``).
-        defaults (dict): Block arguments from the backbone's keywords.
-        drop_path_rate (float): Stochastic depth of the last block, rising linearly from 0.
-
-    Returns:
-        list[dict]: ``num_layers`` dicts of :class:`~vit_plugin.models.layers.EncoderBlock` arguments.
-    """
+    """``num_layers`` dicts of ``EncoderBlock`` arguments: ``defaults``, drop path, then ``layer_cfgs``."""
     depth = arch['num_layers']
     if layer_cfgs is None:
         cfgs: Sequence[Mapping] = [{}] * depth

@@ -1,7 +1,4 @@
-"""A ViT classifier head whose rows follow a named label space, and that loads heads of another one.
-
-See docs/checkpoints.md#label-spaces.
-"""
+"""A ViT classifier head whose rows follow a named label space (docs/checkpoints.md#label-spaces)."""
 import logging
 from typing import Dict, List, Optional, Tuple
 
@@ -21,18 +18,10 @@ CLASSIFIER = 'layers.head.'
 
 def remap_head_rows(weight: torch.Tensor, bias: Optional[torch.Tensor],
                     index) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """A classifier's rows put in another label order: output row ``i`` is input row ``index[i]``.
-
-    Rows whose class the input lacks (``index[i] == -1``) get zero weight and bias.
-
-    Args:
-        weight (torch.Tensor): ``(num_in, C)``.
-        bias (torch.Tensor, optional): ``(num_in,)``, or None.
-        index (array-like of int): ``(num_out,)``, the input row of each output row, -1 for none
-            (:func:`vit_plugin.label_spaces.index_map`).
+    """Rows of a classifier in another order: output row ``i`` is input row ``index[i]``, zero where -1.
 
     Returns:
-        tuple: (weight ``(num_out, C)``, bias ``(num_out,)`` or None), new tensors, same dtype/device.
+        tuple: New (weight ``(num_out, C)``, bias or None), same dtype and device.
 
     Raises:
         ValueError: ``index`` not 1-D or out of range, or a bias of another length than the weight.
@@ -75,10 +64,9 @@ def describe_remap(src: str, dst: str) -> str:
 
 @MODELS.register_module()
 class LabelSpaceClsHead(VisionTransformerClsHead, AdaptsIncomingWeights):
-    """mmpretrain's ``VisionTransformerClsHead`` whose classes are a named label space.
+    """mmpretrain's ``VisionTransformerClsHead`` with classes of a named label space.
 
-    Heads of ``checkpoint_label_space`` are reordered to ``label_space`` on load; heads of its own row
-    count load as they are. See docs/checkpoints.md#label-spaces.
+    Heads of ``checkpoint_label_space`` are reordered to ``label_space`` on load.
 
     Args:
         label_space (str): The classes of this head (:mod:`vit_plugin.label_spaces`).
@@ -117,10 +105,7 @@ class LabelSpaceClsHead(VisionTransformerClsHead, AdaptsIncomingWeights):
         self.adapt_incoming_weights(state_dict, prefix)
 
     def adapt_incoming_weights(self, state_dict: Dict[str, torch.Tensor], prefix: str) -> List[str]:
-        """Reorder the ``prefix`` classifier of ``state_dict`` to this head's label space, in place.
-
-        Returns:
-            list[str]: The message logged, if the rows were reordered.
+        """Reorder the ``prefix`` classifier of ``state_dict`` in place; returns the messages logged.
 
         Raises:
             ValueError: A classifier of another row count than this head's or ``checkpoint_label_space``'s.

@@ -34,21 +34,15 @@ def _rescale_branch(channels: int, scale: float, norm: str, eps: float) -> Tuple
 
 @MODELS.register_module()
 class SimpleFeaturePyramid(BaseModule):
-    """ViTDet's simple feature pyramid: multi-scale maps from a plain ViT (Li et al., ECCV 2022).
-
-    Branches per scale factor (4x, 2x: deconvolutions; 1x: identity; 0.5x: max-pool), each projected
-    to ``out_channels``; extra levels are stride-2 subsamplings of the last. One backbone map feeds
-    every branch, or one map per branch (``out_channels=None`` then feeds mmdet's ``FPN``; see
-    :attr:`branch_channels`). See docs/detection.md.
+    """ViTDet's simple feature pyramid: multi-scale maps from a plain ViT (docs/detection.md).
 
     Args:
         in_channels (int): Width D of the ViT maps.
-        out_channels (int, optional): Width of every level; None keeps the branch widths.
-            Defaults to 256.
+        out_channels (int, optional): Width of every level; None keeps the branch widths
+            (:attr:`branch_channels`, for mmdet's ``FPN``). Defaults to 256.
         scale_factors (Sequence[float]): Factor of each branch, from 4.0, 2.0, 1.0, 0.5.
         num_outs (int, optional): Output levels, >= len(scale_factors). None: one per branch.
-        norm (str): 'LN' (over channels, ViTDet) or 'GN' (up to 32 groups; for CNN maps).
-            Defaults to 'LN'.
+        norm (str): 'LN' (over channels, ViTDet) or 'GN' (up to 32 groups). Defaults to 'LN'.
         norm_eps (float): Epsilon of the norms. Defaults to 1e-6.
         init_cfg (dict | list[dict], optional): Defaults to Kaiming-uniform convolutions (a=1) with
             zero biases.

@@ -1,7 +1,4 @@
-"""BERT-style corruption of patch embeddings for masked patch prediction, with static shapes.
-
-See docs/mpp.md.
-"""
+"""BERT-style corruption of patch embeddings for masked patch prediction, static shapes (docs/mpp.md)."""
 from dataclasses import dataclass
 
 import torch
@@ -12,15 +9,7 @@ RANDOM_SOURCES = ('batch', 'image')
 
 @dataclass
 class CorruptionPlan:
-    """Which patches are corrupted and how.
-
-    Attributes:
-        ids (Tensor): (B, K) long, positions (0..N-1) of the corrupted patches.
-        actions (Tensor): (B, K) long, ``ACTION_MASK``, ``ACTION_RANDOM`` or ``ACTION_KEEP``.
-        sources (Tensor): (B, K) long, flat index (``b * N + n``) of the replacing patch for
-            ``ACTION_RANDOM`` (always another patch; drawn for every entry).
-        num_patches (int): N.
-    """
+    """Corrupted positions ``ids`` (B, K), their ``actions``, flat ``sources`` (``b * N + n``), ``num_patches``."""
     ids: torch.Tensor
     actions: torch.Tensor
     sources: torch.Tensor
@@ -52,18 +41,7 @@ def check_corruption_args(corrupt_ratio: float, mask_prob: float, random_prob: f
 def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 0.5, mask_prob: float = 0.8,
                       random_prob: float = 0.1, random_source: str = 'batch',
                       device=None, generator=None) -> CorruptionPlan:
-    """Draw a :class:`CorruptionPlan` for a batch.
-
-    Args:
-        batch_size (int): B.
-        num_patches (int): N, patches per image.
-        corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5.
-        mask_prob (float): Probability of the [mask] embedding. Defaults to 0.8.
-        random_prob (float): Probability of a random other patch; the rest is kept. Defaults to 0.1.
-        random_source (str): 'batch' (any other patch of the batch) or 'image' (of the same image).
-        device (torch.device, optional): Where to create the plan. Defaults to None (CPU).
-        generator (torch.Generator, optional): For reproducible draws. Defaults to None.
-    """
+    """Draw a :class:`CorruptionPlan`; arguments as :class:`~.mpp.MaskedPatchPrediction`'s, ``generator`` optional."""
     check_corruption_args(corrupt_ratio, mask_prob, random_prob, random_source)
     pool = batch_size * num_patches if random_source == 'batch' else num_patches
     if pool < 2 and random_prob > 0:
@@ -85,10 +63,7 @@ def sample_corruption(batch_size: int, num_patches: int, corrupt_ratio: float = 
 
 
 def apply_corruption(patches: torch.Tensor, plan: CorruptionPlan, mask_token: torch.Tensor) -> torch.Tensor:
-    """Corrupt patch embeddings (B, N, D) according to ``plan``; returns a new tensor.
-
-    Random replacements take the uncorrupted embedding of their source patch.
-    """
+    """Patch embeddings (B, N, D) corrupted by ``plan`` (random ones take their source's clean embedding)."""
     B, N, D = patches.shape
     if N != plan.num_patches:
         raise ValueError(f'the corruption plan is for {plan.num_patches} patches per image, the backbone made {N}')

@@ -7,9 +7,7 @@ from vit_plugin.registry import MODELS
 
 @MODELS.register_module()
 class PatchHOGGenerator(HOGGenerator):
-    """mmpretrain's ``HOGGenerator`` with the patch size as an argument, for any image size.
-
-    Each patch target has ``3 * nbins * (patch_size // pool) ** 2`` values (108 with the defaults).
+    """mmpretrain's ``HOGGenerator`` with the patch size as an argument, any image size (docs/mpp.md).
 
     Args:
         patch_size (int): Pixels per patch side of the encoder. Defaults to 16.

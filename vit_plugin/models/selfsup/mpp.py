@@ -14,13 +14,10 @@ from .targets import compute_targets, unnormalize
 
 @MODELS.register_module()
 class MaskedPatchPrediction(BaseSelfSupervisor):
-    """Masked patch prediction: corrupt patch embeddings, predict a target of each corrupted patch.
-
-    See docs/mpp.md for the corruption, the targets and the configs.
+    """Masked patch prediction: corrupt patch embeddings, predict a target of each corrupted patch (docs/mpp.md).
 
     Args:
-        backbone (dict): A ``vit_plugin.ViT`` config; its ``out_type`` is not used. ``HybridViT`` is
-            refused (its tokens see their neighbours' pixels).
+        backbone (dict): A ``vit_plugin.ViT`` config (not ``HybridViT``); its ``out_type`` is not used.
         head (dict): An :class:`~vit_plugin.models.selfsup.MPPHead` config; its ``target`` selects
             the target.
         corrupt_ratio (float): Fraction of patches corrupted per image. Defaults to 0.5.
@@ -83,12 +80,7 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
                                  self.random_source, device=device)
 
     def encode_corrupted(self, inputs: torch.Tensor, plan: Optional[CorruptionPlan] = None):
-        """Corrupt the patch embeddings of normalised images (B, C, H, W) and encode them.
-
-        Returns:
-            tuple[Tensor, CorruptionPlan]: Patch tokens (B, N, D) after the final norm, no class token,
-            and the plan applied (``plan``, or a fresh random one).
-        """
+        """Corrupt and encode normalised images -> (patch tokens (B, N, D) after the final norm, the plan)."""
         used = []
 
         def corrupt(patches):
@@ -131,11 +123,7 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
 
     # ------------------------------------------------------------------ training / analysis
     def loss(self, inputs, data_samples=None, **kwargs) -> Dict[str, torch.Tensor]:
-        """Corrupt, encode, predict; the loss covers the corrupted patches only.
-
-        Returns:
-            dict[str, Tensor]: ``loss`` and, for classification targets, ``acc`` (logged).
-        """
+        """Corrupt, encode, predict -> ``loss`` over the corrupted patches (and ``acc`` for class targets)."""
         inputs = self._single_view(inputs)
         latent, plan = self.encode_corrupted(inputs)
         target = self._targets(inputs, latent.shape[1])
@@ -143,12 +131,7 @@ class MaskedPatchPrediction(BaseSelfSupervisor):
 
     @torch.no_grad()
     def predict_corrupted(self, inputs: torch.Tensor, plan: Optional[CorruptionPlan] = None) -> dict:
-        """What the model predicts for the corrupted patches of normalised images (B, C, H, W).
-
-        Returns:
-            dict: ``plan``; ``pred`` (B, K, ...) logits or pixels in [-1, 1]; ``target`` (B, K, ...);
-            ``pixels`` (B, C, H, W) the un-normalised input.
-        """
+        """Predictions for the corrupted patches -> dict of ``plan``, ``pred``, ``target``, ``pixels`` (0-255)."""
         inputs = self._single_view(inputs)
         latent, plan = self.encode_corrupted(inputs, plan)
         return dict(plan=plan, pred=self.head(self._gather(latent, plan.ids)),

@@ -16,9 +16,6 @@ from .targets import TARGETS
 class MPPHead(BaseModule):
     """Linear prediction of the MPP target from each corrupted patch's token (docs/mpp.md).
 
-    Cross-entropy for the colour classes, mean squared error for ``'pixel_l2'``; averaged over the
-    patches given (and cells or pixel values).
-
     Args:
         in_channels (int): Width D of the backbone's tokens. Defaults to 768.
         target (str): One of :data:`~vit_plugin.models.selfsup.targets.TARGETS`.
@@ -74,15 +71,7 @@ class MPPHead(BaseModule):
         return self.fc(latent).reshape(*latent.shape[:-1], *self.out_shape)
 
     def loss(self, latent: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """Loss of the corrupted patches' tokens against their targets.
-
-        Args:
-            latent (Tensor): Tokens of the corrupted patches, (B, K, D).
-            target (Tensor): (B, K) or (B, K, cells**2) class indices, or (B, K, ph*pw*C) in [-1, 1].
-
-        Returns:
-            dict[str, Tensor]: ``loss`` and, for classification targets, ``acc`` (top-1 in %, logged).
-        """
+        """Tokens (B, K, D) against targets -> ``loss`` (CE, or MSE for ``'pixel_l2'``), ``acc`` for classes."""
         pred = self(latent)
         if not self.is_classification:
             return dict(loss=self.loss_weight * F.mse_loss(pred.float(), target.float()))

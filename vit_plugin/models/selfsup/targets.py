@@ -1,7 +1,4 @@
-"""Prediction targets of masked patch prediction, from un-normalised pixels (docs/mpp.md).
-
-Patches are numbered row-major over the patch grid, the token order of ``PatchEmbed``.
-"""
+"""Prediction targets of masked patch prediction from un-normalised pixels, patches row-major (docs/mpp.md)."""
 from typing import Optional, Tuple
 
 import torch
@@ -17,16 +14,7 @@ EDGE_TOLERANCE = 2e-4
 
 
 def unnormalize(inputs: torch.Tensor, data_preprocessor: Optional[torch.nn.Module]) -> torch.Tensor:
-    """Undo the data preprocessor's ``(x - mean) / std``: pixels back in [0, 255].
-
-    Args:
-        inputs (Tensor): Normalised images (B, C, H, W).
-        data_preprocessor (nn.Module, optional): An mmengine-style preprocessor (``mean``/``std``
-            buffers); None or one that does not normalise leaves the inputs unchanged.
-
-    Returns:
-        Tensor: Pixels (B, C, H, W), clamped to [0, 255].
-    """
+    """Undo the preprocessor's ``(x - mean) / std`` (None: unchanged) -> pixels (B, C, H, W) in [0, 255]."""
     if data_preprocessor is not None and mmengine_compat.normalizes(data_preprocessor):
         mean = data_preprocessor.mean.to(inputs.dtype)
         std = data_preprocessor.std.to(inputs.dtype)
@@ -44,10 +32,7 @@ def _check_divisible(size: Tuple[int, int], cell: Tuple[int, int], what: str):
 
 
 def quantize(values: torch.Tensor, bits: int = 3) -> torch.Tensor:
-    """Values in [0, 255] -> integer levels in [0, 2**bits) of equal-width bins.
-
-    Values within ``EDGE_TOLERANCE`` below a bin edge count as on it (rounding error, not data).
-    """
+    """Values in [0, 255] -> levels in [0, 2**bits) of equal bins; ``EDGE_TOLERANCE`` below an edge is on it."""
     levels = 2**bits
     values = values.clamp(0., PIXEL_MAX) + EDGE_TOLERANCE
     return torch.div(values * levels, PIXEL_MAX + 1, rounding_mode='floor').long().clamp(0, levels - 1)
@@ -112,18 +97,9 @@ def pixels_from_pixel_target(target: torch.Tensor, patch_size: Tuple[int, int], 
 
 def compute_targets(kind: str, pixels: torch.Tensor, patch_size: Tuple[int, int], bits: int = 3,
                     cells: int = 4) -> torch.Tensor:
-    """Targets of every patch for the target ``kind`` (one of :data:`TARGETS`).
+    """Targets of every patch for ``kind`` (:data:`TARGETS`) from pixels (B, C, H, W) in [0, 255].
 
-    Args:
-        kind (str): The target.
-        pixels (Tensor): Un-normalised images (B, C, H, W) in [0, 255].
-        patch_size (tuple[int, int]): The backbone's patch size.
-        bits (int): Bits per colour channel of the classification targets. Defaults to 3.
-        cells (int): Side of the downsized grid of ``'downsized_4x4_3bit'``. Defaults to 4.
-
-    Returns:
-        Tensor: (B, N) long, (B, N, cells**2) long or (B, N, ph*pw*C) float.
-    """
+    Returns (B, N) long, (B, N, cells**2) long, or (B, N, ph*pw*C) float."""
     if kind == 'mean_color_3bit':
         return mean_color_target(pixels, patch_size, bits)
     if kind == 'downsized_4x4_3bit':
