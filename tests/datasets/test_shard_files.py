@@ -1,6 +1,6 @@
 """Byte-level reading of tar shards, local and remote (vit_plugin.datasets.shard_files).
 
-Remote reads go to a loopback HTTP server that the module starts (vit_plugin.benchmarks.loopback_http)
+Remote reads go to a loopback HTTP server that the module starts (benchmarks.loopback_http)
 and counts requests on; ``hf://`` is tested offline against a Hugging Face cache laid out in a temporary
 folder, and against an endpoint on 127.0.0.1 where nothing listens.
 """
@@ -24,7 +24,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from helpers.common import free_port
-from vit_plugin.benchmarks.loopback_http import serve_folder
+from benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import shard_files
 from vit_plugin.datasets.shard_files import (HubOfflineError, RangesNotSupportedError, ShardNotFoundError,
                                              ShardReadError, ShardReader, ShardUnavailableError, fingerprint, fingerprints_in_folder, is_remote, join_url, list_folder,
