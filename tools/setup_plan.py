@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import sys
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))  # the checkout being set up
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))  # the checkout being set up (this file is tools/setup_plan.py)
 #: What differs about mmcv between the two stacks (``STACK``; tools/setup_env.sh).
 #: ``lite``: the distribution without compiled operators; ``source``: the one built with them; ``wheel``: the
 #: compiled wheel's file-name prefix; ``versions``: what the stack's mmdet accepts, and why.

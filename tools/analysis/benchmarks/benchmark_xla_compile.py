@@ -14,7 +14,6 @@ Dropout is off in both variants (layer scan cannot draw random masks; see vit_pl
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time

@@ -13,7 +13,6 @@ backbone is trained (a mean of its feature map as the loss), which is what the p
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 from typing import Optional
