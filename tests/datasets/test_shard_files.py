@@ -1,6 +1,6 @@
 """Byte-level reading of tar shards, local and remote (vit_plugin.datasets.shard_files).
 
-Remote reads go to a loopback HTTP server that the module starts (benchmarks.loopback_http)
+Remote reads go to a loopback HTTP server that the module starts (vit_plugin.benchmarks.loopback_http)
 and counts requests on; ``hf://`` is tested offline against a Hugging Face cache laid out in a temporary
 folder, and against an endpoint on 127.0.0.1 where nothing listens.
 """
