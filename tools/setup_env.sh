@@ -24,7 +24,7 @@
 #                     this host: CPU kernels, plus CUDA ones when a GPU and a matching nvcc are present).
 #                     Unset, an existing virtualenv keeps what it has.
 #   MMCV_WHEEL        install this compiled mmcv wheel (built elsewhere) instead of building one
-#   TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME, MAX_JOBS   for MMCV_OPS=compiled (vit_plugin/ops/setup_plan.py)
+#   TORCH_CUDA_ARCH_LIST, FORCE_CUDA, CUDA_HOME, MAX_JOBS   for MMCV_OPS=compiled (tools/setup_plan.py)
 #   VIT_PLUGIN_CACHE  default ~/.cache/vit_plugin; wheels/ there holds built mmcv wheels, keyed by stack,
 #                     torch version, CUDA version (or cpu) and GPU architectures
 set -euo pipefail
@@ -41,7 +41,7 @@ VENV=${VENV:-$DEFAULT_VENV}
 REQ=requirements/$STACK
 LOCK=$REQ/lock.txt
 STACK_FILE=vit_plugin_stack  # in the virtualenv: the stack it holds
-RECORD=vit_plugin_mmcv_build.json  # in the virtualenv: the compiled mmcv it has (vit_plugin/ops/setup_plan.py)
+RECORD=vit_plugin_mmcv_build.json  # in the virtualenv: the compiled mmcv it has (tools/setup_plan.py)
 log() { printf '[setup] %s\n' "$*"; }
 
 PLAN_ONLY=0
@@ -134,7 +134,7 @@ PY
 
 PY=$(find_python)
 if [ "$PLAN_ONLY" = 1 ]; then
-  exec "$PY" vit_plugin/ops/setup_plan.py --venv "$VENV"
+  exec "$PY" tools/setup_plan.py --venv "$VENV"
 fi
 
 # A virtualenv holds one stack: the other one's packages installed over it would leave a mix of both
@@ -147,7 +147,7 @@ if [ -n "$HELD" ] && [ "$HELD" != "$STACK" ]; then
   exit 1
 fi
 
-PLAN=$("$PY" vit_plugin/ops/setup_plan.py --venv "$VENV" --shell)
+PLAN=$("$PY" tools/setup_plan.py --venv "$VENV" --shell)
 eval "$PLAN"
 if [ "$PLAN_ACTION" = stop ]; then
   printf '%s\n' "$PLAN_TEXT" | sed 's/^/[setup] /' >&2
@@ -156,7 +156,7 @@ if [ "$PLAN_ACTION" = stop ]; then
 fi
 
 STAMP_FILE="$VENV/.vit_plugin_stamp"
-STAMP=$( { echo "$STACK"; cat requirements/*.txt "$REQ"/*.txt setup.py tools/setup_env.sh vit_plugin/ops/setup_plan.py \
+STAMP=$( { echo "$STACK"; cat requirements/*.txt "$REQ"/*.txt setup.py tools/setup_env.sh tools/setup_plan.py \
              _vit_plugin_mmcv_ext.py; echo "$PLAN_MODE $PLAN_KEY $PLAN_WHEEL"; } | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$STAMP" ] && verify 2>/dev/null; then
   exit 0

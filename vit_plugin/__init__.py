@@ -1,9 +1,9 @@
 """vit_plugin: the Vision Transformer paper as an OpenMMLab plugin.
 
 Importing the package (e.g. through ``custom_imports=dict(imports=['vit_plugin'])`` in a config)
-registers every component under the ``vit_plugin`` scope. The XLA path (:mod:`vit_plugin.xla`), the
-figures (:mod:`vit_plugin.evaluation.figures`) and the measurements (:mod:`vit_plugin.benchmarks`) are
-imported only when used. The paper's released models are known by name (:mod:`vit_plugin.zoo`):
+registers every component under the ``vit_plugin`` scope. The XLA path (:mod:`vit_plugin.xla`) and the
+figures (:mod:`vit_plugin.evaluation.figures`) are imported only when used. The paper's released models
+are known by name (:mod:`vit_plugin.zoo`):
 ``vit_plugin.get_model(name, pretrained=True)``, ``vit_plugin.list_models(pattern)``, and mmpretrain's
 own ``get_model`` / ``list_models`` / inferencers.
 

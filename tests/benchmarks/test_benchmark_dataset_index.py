@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from vit_plugin.benchmarks import benchmark_dataset_index as bench
+from benchmarks import benchmark_dataset_index as bench
 from vit_plugin.datasets.compact_index import parse_list_file
 
 

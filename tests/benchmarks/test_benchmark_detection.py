@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from vit_plugin.benchmarks import benchmark_detection
+from benchmarks import benchmark_detection
 
 
 @pytest.mark.slow

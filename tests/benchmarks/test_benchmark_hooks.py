@@ -1,7 +1,7 @@
 """tools/analysis/benchmark_hooks.py at a toy size (a run of the tool, not a measurement)."""
 import json
 
-from vit_plugin.benchmarks import benchmark_hooks
+from benchmarks import benchmark_hooks
 
 
 def test_one_round_times_every_variant_and_pairs_the_extra_cost(tmp_path):

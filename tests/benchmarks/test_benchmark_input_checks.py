@@ -2,7 +2,7 @@
 import json
 import re
 
-from vit_plugin.benchmarks import benchmark_input_checks
+from benchmarks import benchmark_input_checks
 
 
 def test_input_check_benchmark_runs_at_a_toy_size(tmp_path):

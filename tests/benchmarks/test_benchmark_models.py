@@ -1,12 +1,12 @@
-"""tools/analysis/benchmark.py (vit_plugin.benchmarks.benchmark_models): its FLOP model and its outputs
+"""tools/analysis/benchmark.py (benchmarks.benchmark_models): its FLOP model and its outputs
 (a tiny run, not a measurement)."""
 import json
 
 import pytest
 import torch
 
-from vit_plugin.benchmarks import benchmark_models as benchmark
-from vit_plugin.benchmarks import timing
+from benchmarks import benchmark_models as benchmark
+from benchmarks import timing
 
 
 @pytest.fixture(scope='module')

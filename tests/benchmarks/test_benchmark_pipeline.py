@@ -3,7 +3,7 @@ import json
 
 import cv2
 
-from vit_plugin.benchmarks import benchmark_pipeline as bench
+from benchmarks import benchmark_pipeline as bench
 
 
 def read(path):

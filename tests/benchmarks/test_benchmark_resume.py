@@ -4,7 +4,7 @@ import json
 import mmengine
 import pytest
 
-from vit_plugin.benchmarks import benchmark_resume as bench
+from benchmarks import benchmark_resume as bench
 
 RESUME_AT = 12
 

@@ -8,7 +8,7 @@ import pytest
 from mmengine.config import Config
 
 from helpers.common import REPO
-from vit_plugin.benchmarks import benchmark_shards as bench
+from benchmarks import benchmark_shards as bench
 
 NUM_IMAGES = 18
 

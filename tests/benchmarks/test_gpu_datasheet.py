@@ -1,5 +1,5 @@
 """The datasheet rates the benchmarks set model-FLOP utilisation against."""
-from vit_plugin.benchmarks.gpu_datasheet import datasheet_tflops
+from benchmarks.gpu_datasheet import datasheet_tflops
 
 
 def test_datasheet_table_matches_device_names():

@@ -6,7 +6,7 @@ import os.path as osp
 import torch
 
 from helpers.common import REPO
-from vit_plugin.benchmarks import gpu_report
+from benchmarks import gpu_report
 
 
 def test_smoke_subset_writes_the_report(tmp_path):

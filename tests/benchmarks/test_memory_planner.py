@@ -12,9 +12,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from helpers.common import REPO
 from vit_plugin.apis.cli import run
-from vit_plugin.benchmarks import memory_planner as memory_tool
-from vit_plugin.benchmarks.memory_measure import measure
-from vit_plugin.benchmarks.memory_planner import (BlockShape, Precision, block_activation_bytes, estimate,
+from benchmarks import memory_planner as memory_tool
+from benchmarks.memory_measure import measure
+from benchmarks.memory_planner import (BlockShape, Precision, block_activation_bytes, estimate,
                                                   largest_batch, model_shape, parse_size)
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.layers import EncoderBlock

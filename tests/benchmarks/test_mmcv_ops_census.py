@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from vit_plugin.benchmarks import mmcv_ops_census
+from benchmarks import mmcv_ops_census
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from vit_plugin.benchmarks import peak_memory
+from benchmarks import peak_memory
 
 
 def test_cpu_peak_counts_torch_allocations_of_the_call():

@@ -1,7 +1,7 @@
 """The benchmarks' timing loop: the order of the calls, warm-up, and the seconds it reports."""
 import pytest
 
-from vit_plugin.benchmarks import timing
+from benchmarks import timing
 
 
 @pytest.fixture

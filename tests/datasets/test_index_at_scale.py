@@ -11,7 +11,7 @@ from helpers.common import LogLines
 from mmengine.logging import MMLogger
 
 from helpers.tar_shards import make_samples, write_wds
-from vit_plugin.benchmarks.loopback_http import serve_folder
+from benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import TarShardDataset
 from vit_plugin.datasets.tar_index import TarIndexError
 

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from helpers.tar_shards import NUM_CLASSES, make_samples, write_tar_of_tars, write_wds
 from vit_plugin import label_spaces
-from vit_plugin.benchmarks.loopback_http import serve_folder
+from benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import BlockShuffleSampler, SkipBadSamples, TarShardDataset
 from vit_plugin.datasets.shard_dataset import SampleReadError
 from vit_plugin.datasets.shards import ShardReadError

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from helpers.common import free_port
-from vit_plugin.benchmarks.loopback_http import serve_folder
+from benchmarks.loopback_http import serve_folder
 from vit_plugin.datasets import shard_files
 from vit_plugin.datasets import shards
 from vit_plugin.datasets.shard_files import ShardReader, ShardUnavailableError, fingerprint

@@ -109,8 +109,8 @@ def test_guard_skips_an_fp16_overflow_on_the_device(monkeypatch):
 @pytest.mark.parametrize('with_cp', [False, True], ids=['plain', 'with_cp'])
 def test_planner_within_10_percent_of_the_measured_peak(with_cp):
     # ViT-B/16 at 224 px, bf16 autocast, fused AdamW: what tools/train.py --amp runs on this GPU.
-    from vit_plugin.benchmarks.device_checks import ClassifierTrainer
-    from vit_plugin.benchmarks.memory_planner import estimate, model_shape
+    from benchmarks.device_checks import ClassifierTrainer
+    from benchmarks.memory_planner import estimate, model_shape
     config = osp.join(CONFIGS, 'vit_b16_in21k.py')
     trainer = ClassifierTrainer(config, 'cuda', with_cp=with_cp, bf16=True)
     batch = 64
@@ -120,7 +120,7 @@ def test_planner_within_10_percent_of_the_measured_peak(with_cp):
 
 
 def test_detection_step_runs_its_operators_on_the_gpu():
-    from vit_plugin.benchmarks.device_checks import detection_steps, mmcv_ops_origin
+    from benchmarks.device_checks import detection_steps, mmcv_ops_origin
     result = detection_steps(osp.join(CONFIGS, 'mask_rcnn_vit_tiny_simplefpn_shapes.py'), 'cuda', img_size=160,
                              batch=2, steps=2)
     assert result['finite'] and result['outputs_device'].startswith('cuda'), result

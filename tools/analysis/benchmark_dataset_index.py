@@ -1,9 +1,9 @@
 """Start-up time and memory of the ImageNet-21k list-file dataset: vit_plugin's index vs mmpretrain's.
 
 ``python tools/analysis/benchmark_dataset_index.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_dataset_index`.
+:mod:`benchmarks.benchmark_dataset_index`.
 """
-from vit_plugin.benchmarks.benchmark_dataset_index import main
+from benchmarks.benchmark_dataset_index import main
 
 if __name__ == '__main__':
     main()

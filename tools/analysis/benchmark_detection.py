@@ -2,9 +2,9 @@
 windowed attention and ViTDet's relative position bias.
 
 ``python tools/analysis/benchmark_detection.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_detection`.
+:mod:`benchmarks.benchmark_detection`.
 """
-from vit_plugin.benchmarks.benchmark_detection import main
+from benchmarks.benchmark_detection import main
 
 if __name__ == '__main__':
     main()

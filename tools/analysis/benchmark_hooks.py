@@ -1,9 +1,9 @@
 """Per-iteration cost of the non-finite guard and of the pre-emption check, in real mmengine runs.
 
 ``python tools/analysis/benchmark_hooks.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_hooks`.
+:mod:`benchmarks.benchmark_hooks`.
 """
-from vit_plugin.benchmarks.benchmark_hooks import main
+from benchmarks.benchmark_hooks import main
 
 if __name__ == '__main__':
     main()

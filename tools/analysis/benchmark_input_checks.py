@@ -2,9 +2,9 @@
 truncation / size / format checks of every image decode.
 
 ``python tools/analysis/benchmark_input_checks.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_input_checks`.
+:mod:`benchmarks.benchmark_input_checks`.
 """
-from vit_plugin.benchmarks.benchmark_input_checks import main
+from benchmarks.benchmark_input_checks import main
 
 if __name__ == '__main__':
     main()

@@ -2,9 +2,9 @@
 mmengine's loop and sampler against vit_plugin's.
 
 ``python tools/analysis/benchmark_resume.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_resume`.
+:mod:`benchmarks.benchmark_resume`.
 """
-from vit_plugin.benchmarks.benchmark_resume import main
+from benchmarks.benchmark_resume import main
 
 if __name__ == '__main__':
     main()

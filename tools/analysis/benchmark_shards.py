@@ -2,9 +2,9 @@
 webdataset library) against the folder layout; the shard index's build time and memory.
 
 ``python tools/analysis/benchmark_shards.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.benchmark_shards`.
+:mod:`benchmarks.benchmark_shards`.
 """
-from vit_plugin.benchmarks.benchmark_shards import main
+from benchmarks.benchmark_shards import main
 
 if __name__ == '__main__':
     main()

@@ -2,9 +2,9 @@
 (``tools/analysis/gpu_report.py``).
 
 ``python tools/analysis/gpu_report.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.gpu_report`.
+:mod:`benchmarks.gpu_report`.
 """
-from vit_plugin.benchmarks.gpu_report import main
+from benchmarks.gpu_report import main
 
 if __name__ == '__main__':
     main()

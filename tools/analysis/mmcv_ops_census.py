@@ -3,9 +3,9 @@
 ``mmcv._ext`` function wrapped to record its calls.
 
 ``python tools/analysis/mmcv_ops_census.py --help`` lists the options; the code is
-:mod:`vit_plugin.benchmarks.mmcv_ops_census`.
+:mod:`benchmarks.mmcv_ops_census`.
 """
-from vit_plugin.benchmarks.mmcv_ops_census import main
+from benchmarks.mmcv_ops_census import main
 
 if __name__ == '__main__':
     main()

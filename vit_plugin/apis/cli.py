@@ -1,4 +1,4 @@
-"""Shared command-line plumbing of the commands in :mod:`vit_plugin.apis` and :mod:`vit_plugin.benchmarks` that
+"""Shared command-line plumbing of the commands in :mod:`vit_plugin.apis` and ``tools/analysis/benchmarks`` that
 load a config (the figure tools, the memory planner, ``tools/fewshot_eval.py``)."""
 import argparse
 import sys

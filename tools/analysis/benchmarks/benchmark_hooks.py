@@ -34,9 +34,9 @@ from mmengine.logging import MMLogger
 from mmengine.runner import Runner
 
 import vit_plugin  # noqa: F401  (registers the hooks)
-from vit_plugin.benchmarks.results import write_result
-from vit_plugin.benchmarks.timing import paired_rounds
-from vit_plugin.benchmarks.toy_classifier import LossModel, vit_classifier
+from benchmarks.results import write_result
+from benchmarks.timing import paired_rounds
+from benchmarks.toy_classifier import LossModel, vit_classifier
 from vit_plugin.engine.optimizers import guarded_optim_wrapper_cfg
 
 VARIANTS = ('none', 'guard', 'preemption', 'both')

@@ -1,6 +1,6 @@
 """Measure the peak memory of real CPU training steps, to check the planner against.
 
-Each measurement runs in a fresh Python process (``python -m vit_plugin.benchmarks.memory_measure``):
+Each measurement runs in a fresh Python process (``python -m benchmarks.memory_measure``):
 it imports everything, reads its anonymous resident memory, builds the config's model and
 optimizer, runs ``steps`` training steps on random images and reports the peak resident set size
 (``VmHWM``) less the file-backed pages (library code) and less the anonymous memory before the model
@@ -13,12 +13,11 @@ backbone is trained (a mean of its feature map as the loss), which is what the p
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 from typing import Optional
 
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
+from benchmarks.child_process import child_env, child_failure
 from vit_plugin.engine.optimizers import use_mixed_precision
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.vit_search import find_vit
@@ -101,7 +100,7 @@ def measure(config: str, batch: int, *, with_cp: Optional[bool] = None, bf16: bo
     Returns:
         dict: ``peak`` (bytes) and ``params`` (parameters trained).
     """
-    cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.memory_measure', config, '--batch', str(batch),
+    cmd = [sys.executable, '-m', 'benchmarks.memory_measure', config, '--batch', str(batch),
            '--steps', str(steps)]
     if with_cp is not None:
         cmd += ['--with-cp', str(int(with_cp))]
@@ -109,8 +108,7 @@ def measure(config: str, batch: int, *, with_cp: Optional[bool] = None, bf16: bo
         cmd.append('--bf16')
     if cfg_options:
         cmd += ['--cfg-options', json.dumps(cfg_options)]
-    env = dict(os.environ, **ENV)
-    env['PYTHONPATH'] = os.pathsep.join([PACKAGE_PARENT, env.get('PYTHONPATH', '')])
+    env = child_env(**ENV)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(child_failure(f'memory measurement ({" ".join(cmd)})', proc.stderr))

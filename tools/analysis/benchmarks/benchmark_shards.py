@@ -2,7 +2,7 @@
 ``webdataset`` library and the same shards over HTTP; and the shard index's build time and memory.
 
 **Data** (written once into ``--data-dir`` and reused while the settings are the same): ``--num-images``
-ImageNet-like JPEGs (:func:`vit_plugin.benchmarks.benchmark_pipeline.make_jpegs`: cuts of real photos,
+ImageNet-like JPEGs (:func:`benchmarks.benchmark_pipeline.make_jpegs`: cuts of real photos,
 ``--long-side`` x 3/4 of it, a quarter portrait, quality ``--quality``; 500 px at 98 gives about 100 KiB
 per file, ImageNet's average), each with a random class among the first ``--num-classes`` synsets of
 fall11, stored twice:
@@ -23,7 +23,7 @@ tensor through the same pipeline (the ``train_pipeline`` of the imagenet21k conf
   (``--block-size``, ``--mix-blocks``: the shard config's);
 * ``webdataset``: the ``webdataset`` library's ``WebDataset`` reading the shards in order, the same
   pipeline applied to each sample's ``jpg`` bytes;
-* ``remote``: ``TarShardDataset`` on the shards served by :func:`~vit_plugin.benchmarks.loopback_http.serve_folder`
+* ``remote``: ``TarShardDataset`` on the shards served by :func:`~benchmarks.loopback_http.serve_folder`
   on 127.0.0.1 with ``--delay-ms`` added per request, in the ``shards`` order, read-ahead on (the
   reader's defaults), starting every pass with an empty chunk cache (cold).
 
@@ -70,11 +70,11 @@ import cv2
 import numpy as np
 
 from vit_plugin import label_spaces
-from vit_plugin.benchmarks.benchmark_pipeline import make_jpegs
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
-from vit_plugin.benchmarks.loopback_http import serve_folder
-from vit_plugin.benchmarks.results import write_result
-from vit_plugin.benchmarks.timing import paired_rounds
+from benchmarks.benchmark_pipeline import make_jpegs
+from benchmarks.child_process import child_env, child_failure
+from benchmarks.loopback_http import serve_folder
+from benchmarks.results import write_result
+from benchmarks.timing import paired_rounds
 from vit_plugin.datasets import BlockShuffleSampler, TarShardDataset
 from vit_plugin.datasets.checked import ImageNet21k
 from vit_plugin.datasets.decode import inspect_image
@@ -700,9 +700,9 @@ def measure_builds(builds: Sequence[Tuple[str, int, int]]) -> List[dict]:
 
 def run_index_child(builds: Sequence[Tuple[str, int, int]]) -> List[dict]:
     """:func:`measure_builds` in a fresh interpreter (the memory is the builds' alone, not this process's)."""
-    cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_shards', '--measure-index',
+    cmd = [sys.executable, '-m', 'benchmarks.benchmark_shards', '--measure-index',
            json.dumps([list(b) for b in builds])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get('PYTHONPATH')])))
+    env = child_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(child_failure('the index builds', proc.stderr))

@@ -35,9 +35,9 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from vit_plugin.benchmarks.benchmark_shards import PIPELINE, SPLIT, add_image_args, write_images
-from vit_plugin.benchmarks.results import write_result
-from vit_plugin.benchmarks.timing import paired_rounds
+from benchmarks.benchmark_shards import PIPELINE, SPLIT, add_image_args, write_images
+from benchmarks.results import write_result
+from benchmarks.timing import paired_rounds
 
 VARIANTS = ('fresh', 'before', 'after')
 EXTRAPOLATE_TO = 100_000

@@ -43,15 +43,15 @@ import xml.etree.ElementTree as ET
 
 import torch
 
-from vit_plugin.benchmarks import benchmark_models, benchmark_pipeline
-from vit_plugin.benchmarks.child_process import checkout_root, child_failure
-from vit_plugin.benchmarks.device_checks import ClassifierTrainer, detection_steps, environment
-from vit_plugin.benchmarks.memory_measure import measure
-from vit_plugin.benchmarks.memory_planner import estimate, largest_batch, model_shape
+from benchmarks import benchmark_models, benchmark_pipeline
+from benchmarks.child_process import CHECKOUT, child_failure
+from benchmarks.device_checks import ClassifierTrainer, detection_steps, environment
+from benchmarks.memory_measure import measure
+from benchmarks.memory_planner import estimate, largest_batch, model_shape
 from vit_plugin.evaluation.model_loading import load_config
 
 
-REPO_ROOT = checkout_root()
+REPO_ROOT = CHECKOUT
 CONFIGS = osp.join(REPO_ROOT, 'configs')
 
 
@@ -156,7 +156,7 @@ def _benchmark(ctx, extra, timeout, name):
         return dict(command=shown, status='ok', rows=result['rows'], gpu=None, tf32=None,
                     matmul=result.get('matmul_gflops'))
     # On the GPU each benchmark runs in its own process: a clean allocator, and a timeout.
-    code, output = _run(_main_in_child('vit_plugin.benchmarks.benchmark_models', [*extra, '--out', out]), timeout)
+    code, output = _run(_main_in_child('benchmarks.benchmark_models', [*extra, '--out', out]), timeout)
     if code != 0 or not osp.isfile(out):
         return dict(command=shown, status='timeout' if code is None else f'exit {code}', output=output[-3000:],
                     rows=[])
@@ -240,7 +240,7 @@ def section_detection(ctx) -> dict:
 def pipeline_images_per_s(num_images: int = 64, repeats: int = 3, size: int = 224, timeout: int = 600,
                           in_process: bool = False) -> dict:
     """Images per second of the ImageNet-21k training pipeline (``LoadAndInceptionCrop``) in one
-    process on one core (:mod:`vit_plugin.benchmarks.benchmark_pipeline` ``--pipelines ours``), in a
+    process on one core (:mod:`benchmarks.benchmark_pipeline` ``--pipelines ours``), in a
     child process with one thread, as in a data-loader worker, or ``in_process``."""
     with tempfile.TemporaryDirectory() as folder:
         out = osp.join(folder, 'pipeline.json')
@@ -253,7 +253,7 @@ def pipeline_images_per_s(num_images: int = 64, repeats: int = 3, size: int = 22
             finally:
                 torch.set_num_threads(threads)
         else:
-            code, output = _run(_main_in_child('vit_plugin.benchmarks.benchmark_pipeline', args), timeout,
+            code, output = _run(_main_in_child('benchmarks.benchmark_pipeline', args), timeout,
                                 env=dict(OMP_NUM_THREADS='1'))
             if code != 0:
                 raise RuntimeError(child_failure('the pipeline benchmark', output))

@@ -40,8 +40,8 @@ import cv2
 import numpy as np
 import torch
 
-from vit_plugin.benchmarks.results import write_result
-from vit_plugin.benchmarks.timing import paired_rounds
+from benchmarks.results import write_result
+from benchmarks.timing import paired_rounds
 
 PIPELINES = ('mmpretrain_vit', 'mmpretrain_cv2', 'torchvision', 'ours')
 

@@ -21,7 +21,7 @@ end, autocast on the GPU (``--dtype bf16``, the default there, or ``fp16`` with 
 training), AdamW with its fused kernel for every model, one or more GPU batch sizes
 (``--batch 64 128 256``), the peak of ``torch.cuda.max_memory_allocated`` over one step, and model-FLOP
 utilisation against two references: the square matmul timed in the same rounds (in the run's dtype)
-and the GPU's datasheet dense rate (:mod:`vit_plugin.benchmarks.gpu_datasheet`; "unknown" for a GPU not in
+and the GPU's datasheet dense rate (:mod:`benchmarks.gpu_datasheet`; "unknown" for a GPU not in
 its table). A batch that does not fit becomes a note. ``--guard`` adds two training rows of our
 model through mmengine's ``OptimWrapper``, one with the non-finite guard
 (:class:`vit_plugin.GuardedOptimWrapper`) and one without, timed in the same rounds: their
@@ -47,10 +47,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vit_plugin.evaluation.model_complexity import vit_flops
-from vit_plugin.benchmarks.gpu_datasheet import cuda_device_info, datasheet_tflops
-from vit_plugin.benchmarks.peak_memory import cpu_peak_bytes, cuda_peak_bytes
-from vit_plugin.benchmarks.timing import CudaStopwatch, Stopwatch, paired_rounds, time_median
-from vit_plugin.benchmarks.toy_classifier import Classifier, vit_classifier
+from benchmarks.gpu_datasheet import cuda_device_info, datasheet_tflops
+from benchmarks.peak_memory import cpu_peak_bytes, cuda_peak_bytes
+from benchmarks.timing import CudaStopwatch, Stopwatch, paired_rounds, time_median
+from benchmarks.toy_classifier import Classifier, vit_classifier
 from vit_plugin.deploy import compile_for_inference
 from vit_plugin.engine.device_defaults import set_tf32
 from vit_plugin.engine.optimizers import (AutocastOptimWrapper, GuardedAutocastOptimWrapper,

@@ -22,12 +22,12 @@ import subprocess
 import sys
 
 import vit_plugin  # noqa: F401  (registers our components)
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, checkout_root, child_failure
-from vit_plugin.benchmarks.device_checks import random_detection_batch
-from vit_plugin.benchmarks.peak_memory import max_rss_mib, rss_mib
-from vit_plugin.benchmarks.timing import time_calls
+from benchmarks.child_process import CHECKOUT, child_env, child_failure
+from benchmarks.device_checks import random_detection_batch
+from benchmarks.peak_memory import max_rss_mib, rss_mib
+from benchmarks.timing import time_calls
 
-CONFIG = osp.join(checkout_root(), 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
+CONFIG = osp.join(CHECKOUT, 'configs', 'mask_rcnn_vit_b16_simplefpn_1x_coco.py')
 VARIANTS = [  # (name, with_cp, window_size, use_rel_pos)
     ('global attention', False, 0, False),
     ('global attention + checkpointing', True, 0, False),
@@ -101,12 +101,12 @@ def main(argv=None):
         return
     results = []
     for index in (args.only if args.only is not None else range(len(VARIANTS))):
-        cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_detection', '--variant', str(index), '--arch', args.arch,
+        cmd = [sys.executable, '-m', 'benchmarks.benchmark_detection', '--variant', str(index), '--arch', args.arch,
                '--img-size', str(args.img_size), '--batch', str(args.batch), '--steps', str(args.steps)]
         if args.threads:
             cmd += ['--threads', str(args.threads)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=checkout_root(),
-                              env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get('PYTHONPATH', '')))
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=CHECKOUT,
+                              env=child_env())
         lines = [line for line in proc.stdout.splitlines() if line.startswith('RESULT ')]
         if proc.returncode or not lines:
             sys.exit(child_failure(f'variant {VARIANTS[index][0]!r}', proc.stderr))

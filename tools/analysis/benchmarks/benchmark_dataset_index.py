@@ -33,9 +33,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
-from vit_plugin.benchmarks.peak_memory import max_rss_mib
-from vit_plugin.benchmarks.results import write_result
+from benchmarks.child_process import child_env, child_failure
+from benchmarks.peak_memory import max_rss_mib
+from benchmarks.results import write_result
 from vit_plugin.compat import torch as torch_compat
 from vit_plugin.datasets.checked import ImageNet21k as OurImageNet21k
 
@@ -195,10 +195,10 @@ def measure(impl: str, list_file: str, workers: int, batches: int, batch_size: i
 
 def run_child(args, impl: str, list_file: str, workers: Optional[int] = None) -> dict:
     """One measurement in a fresh interpreter (memory numbers of one dataset only)."""
-    cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_dataset_index', '--measure', impl,
+    cmd = [sys.executable, '-m', 'benchmarks.benchmark_dataset_index', '--measure', impl,
            '--list-file', list_file, '--workers', str(args.workers if workers is None else workers),
            '--batches', str(args.batches), '--batch-size', str(args.batch_size), '--seed', str(args.seed)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get('PYTHONPATH')])))
+    env = child_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(child_failure(f'measurement {impl} on {list_file}', proc.stderr))

@@ -1,11 +1,12 @@
 """Which mmcv ``tools/setup_env.sh`` installs on this host, and for a compiled one how it is built and
 where its wheel is cached: the decision as data, so that ``--plan`` can print it and tests can check it.
 
-    python vit_plugin/ops/setup_plan.py --venv .venv   # the plan in words (what `setup_env.sh --plan` prints)
-    python vit_plugin/ops/setup_plan.py --venv .venv --shell   # as shell assignments (setup_env.sh evals them)
+    python tools/setup_plan.py --venv .venv   # the plan in words (what `setup_env.sh --plan` prints)
+    python tools/setup_plan.py --venv .venv --shell   # as shell assignments (setup_env.sh evals them)
 
 Standard library only: it runs by path (before the virtualenv exists, with the Python the virtualenv
-gets), and the tests import it as ``vit_plugin.ops.setup_plan``.
+gets), and the tests load it from this file (tests/tools/test_setup_plan.py). It is no part of the
+installed package.
 
 The decision:
 
@@ -41,7 +42,7 @@ import shutil
 import subprocess
 import sys
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))  # the checkout being set up
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))  # the checkout being set up (this file is tools/setup_plan.py)
 #: What differs about mmcv between the two stacks (``STACK``; tools/setup_env.sh).
 #: ``lite``: the distribution without compiled operators; ``source``: the one built with them; ``wheel``: the
 #: compiled wheel's file-name prefix; ``versions``: what the stack's mmdet accepts, and why.

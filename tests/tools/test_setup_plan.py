@@ -1,5 +1,6 @@
-"""The set-up's mmcv plan (``vit_plugin.ops.setup_plan``, ``tools/setup_env.sh --plan``) with fake
+"""The set-up's mmcv plan (``tools/setup_plan.py``, ``tools/setup_env.sh --plan``) with fake
 ``nvcc`` / ``nvidia-smi`` and a faked probe, and each stack's lock per Python."""
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -9,14 +10,17 @@ import sys
 import mmcv.ops  # noqa: F401  (the pinned stack: a missing mmcv fails the module)
 import pytest
 
-from vit_plugin.ops import setup_plan
 from helpers.common import REPO
 
 
 # ----------------------------------------------------------------------------------------------- set-up plan
 @pytest.fixture(scope='module')
 def plan_tool():
-    return setup_plan
+    # Loaded from its file, as tools/setup_env.sh runs it: it is no module of the installed package.
+    spec = importlib.util.spec_from_file_location('setup_plan', osp.join(REPO, 'tools', 'setup_plan.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _fake_bin(folder, name, script):

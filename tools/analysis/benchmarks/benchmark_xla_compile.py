@@ -14,7 +14,6 @@ Dropout is off in both variants (layer scan cannot draw random masks; see vit_pl
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,8 +21,8 @@ import time
 import torch
 import torch.nn as nn
 
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
-from vit_plugin.benchmarks.timing import time_calls
+from benchmarks.child_process import child_env, child_failure
+from benchmarks.timing import time_calls
 from vit_plugin.models.backbones.vit import ViT
 from vit_plugin.xla.scan import enable_layer_scan
 
@@ -92,11 +91,11 @@ def main(argv=None):
         return
     if args.steps < 3:
         raise SystemExit('--steps must be >= 3 (the first two steps compile).')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PACKAGE_PARENT, os.environ.get('PYTHONPATH', '')]))
+    env = child_env()
     env.setdefault('PJRT_DEVICE', 'CPU')
     results = {}
     for variant in ('unrolled', 'scan'):
-        cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_xla_compile', *(argv if argv is not None else sys.argv[1:]),
+        cmd = [sys.executable, '-m', 'benchmarks.benchmark_xla_compile', *(argv if argv is not None else sys.argv[1:]),
                '--worker', variant]
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

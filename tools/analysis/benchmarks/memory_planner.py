@@ -42,7 +42,7 @@ import torch
 import torch.nn as nn
 
 from vit_plugin.apis.cli import base_parser
-from vit_plugin.benchmarks.memory_measure import measure
+from benchmarks.memory_measure import measure
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.vit_search import find_vit
 

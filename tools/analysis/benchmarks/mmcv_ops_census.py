@@ -23,11 +23,11 @@ from collections import defaultdict
 import torch
 
 import vit_plugin  # noqa: F401  (registers our components)
-from vit_plugin.benchmarks.child_process import checkout_root
+from benchmarks.child_process import CHECKOUT
 from vit_plugin.compat.mmcv import import_ext
 from vit_plugin.ops import describe, mmcv_ext_names
 
-REPO = checkout_root()
+REPO = CHECKOUT
 
 TINY_VIT = osp.join(REPO, 'configs', '_base_', 'models', 'vit_tiny_shapes.py')
 CASCADE = f'''

@@ -38,11 +38,11 @@ import time
 import cv2
 import numpy as np
 
-from vit_plugin.benchmarks import benchmark_dataset_index, benchmark_pipeline
-from vit_plugin.benchmarks.child_process import PACKAGE_PARENT, child_failure
-from vit_plugin.benchmarks.peak_memory import heap_peak_bytes
-from vit_plugin.benchmarks.results import write_result
-from vit_plugin.benchmarks.timing import paired_rounds, time_calls
+from benchmarks import benchmark_dataset_index, benchmark_pipeline
+from benchmarks.child_process import child_env, child_failure
+from benchmarks.peak_memory import heap_peak_bytes
+from benchmarks.results import write_result
+from benchmarks.timing import paired_rounds, time_calls
 from vit_plugin.datasets.compact_index import ListFileError, ListFileIndex, check_labels
 from vit_plugin.datasets.decode import decode_image, inspect_image
 
@@ -112,9 +112,9 @@ def label_check(args) -> dict:
     list_file = index_bench.write_list_file(args.data_dir, args.num_lines, args.num_classes, args.seed)
     print(f'list file: {list_file} ({args.num_lines:,} lines; written or checked in '
           f'{time.perf_counter() - start:.1f} s)', flush=True)
-    cmd = [sys.executable, '-m', 'vit_plugin.benchmarks.benchmark_input_checks', '--measure-labels', list_file,
+    cmd = [sys.executable, '-m', 'benchmarks.benchmark_input_checks', '--measure-labels', list_file,
            '--num-classes', str(args.num_classes), '--label-repeats', str(args.label_repeats)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get('PYTHONPATH')])))
+    env = child_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(child_failure('label check measurement', proc.stderr))

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from vit_plugin import ops
-from vit_plugin.benchmarks.gpu_datasheet import cuda_device_info
-from vit_plugin.benchmarks.peak_memory import cuda_peak_bytes
-from vit_plugin.benchmarks.timing import Stopwatch, time_calls
+from benchmarks.gpu_datasheet import cuda_device_info
+from benchmarks.peak_memory import cuda_peak_bytes
+from benchmarks.timing import Stopwatch, time_calls
 from vit_plugin.engine.device_defaults import optimizer_defaults
 from vit_plugin.engine.optimizers import use_mixed_precision
 from vit_plugin.evaluation.model_loading import load_config
@@ -125,7 +125,7 @@ class ClassifierTrainer:
         optimizer state), as the planner counts it: weights, optimizer state, gradients, activations."""
         if self.device != 'cuda':
             raise ValueError('peak_bytes measures the CUDA allocator; on the CPU use '
-                             'vit_plugin.benchmarks.memory_measure.measure')
+                             'benchmarks.memory_measure.measure')
         if not self.wrapper.optimizer.state:
             self.step(min(batch, 2))
         self.wrapper.zero_grad(set_to_none=True)
