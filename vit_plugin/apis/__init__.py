@@ -1,9 +1,5 @@
-"""The Python API, as ``mmpretrain.apis``: the released models by name and the checked inferencers.
-
-The names live in :mod:`vit_plugin.zoo` (docs/model_zoo.md) and :mod:`vit_plugin.inference`
-(docs/inference.md), which stay importable; this package gathers them. The command lines are
-:mod:`vit_plugin.cli`.
-"""
+"""The Python API, as ``mmpretrain.apis``: the released models by name and the checked inferencers, which
+live in :mod:`vit_plugin.zoo` and :mod:`vit_plugin.inference` (docs/model_zoo.md, docs/inference.md)."""
 from vit_plugin.inference import CheckedImageClassificationInferencer, build_classification_inferencer
 from vit_plugin.zoo import (ReleasedModel, UnknownModelError, find_model, get_config, get_model, list_models,
                             register_model)
