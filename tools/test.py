@@ -7,10 +7,10 @@
 Several processes: ``bash tools/dist_test.sh CONFIG CHECKPOINT NUM_PROCS [args]``. When the config
 has an ``EMAHook`` and the checkpoint holds an EMA state, the averaged weights are evaluated.
 
-The code is :mod:`vit_plugin.apis.test`, over the functions of :mod:`vit_plugin.apis.launch`.
+The code is :mod:`vit_plugin.cli.test`, over the functions of :mod:`vit_plugin.cli.launch`.
 """
-from vit_plugin.apis.launch import run_as_script
-from vit_plugin.apis.test import main
+from vit_plugin.cli.launch import run_as_script
+from vit_plugin.cli.test import main
 
 if __name__ == '__main__':
     run_as_script(main)

@@ -27,10 +27,10 @@ builds it, so mmpretrain's and mmdet's own ``tools/train.py`` train such a confi
 as well (docs/monitoring.md). ``--dry-run`` prints that plan and each change it makes to the config
 (``--nproc N``: for N processes), then exits without building a model or loading data.
 
-The code is :mod:`vit_plugin.apis.train`, over one function per option in :mod:`vit_plugin.apis.launch`.
+The code is :mod:`vit_plugin.cli.train`, over one function per option in :mod:`vit_plugin.cli.launch`.
 """
-from vit_plugin.apis.launch import run_as_script
-from vit_plugin.apis.train import main
+from vit_plugin.cli.launch import run_as_script
+from vit_plugin.cli.train import main
 
 if __name__ == '__main__':
     run_as_script(main)

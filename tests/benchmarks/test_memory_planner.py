@@ -11,7 +11,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from helpers.common import REPO
-from vit_plugin.apis.cli import run
+from vit_plugin.cli.common import run
 from benchmarks import memory_planner as memory_tool
 from benchmarks.memory_measure import measure
 from benchmarks.memory_planner import (BlockShape, Precision, block_activation_bytes, estimate,

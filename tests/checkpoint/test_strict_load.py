@@ -12,8 +12,8 @@ from PIL import Image
 
 from helpers.bad_images import photo
 from helpers.common import REPO
-from vit_plugin.apis.export_onnx import main as export_main
-from vit_plugin.apis.infer import main as infer_main
+from vit_plugin.cli.export_onnx import main as export_main
+from vit_plugin.cli.infer import main as infer_main
 
 
 @pytest.fixture(scope='module', autouse=True)

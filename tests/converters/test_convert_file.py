@@ -16,7 +16,7 @@ from vit_plugin.models import ViT
 
 # ----------------------------------------------------------------------------- the command-line tool
 def _tool():
-    from vit_plugin.apis.convert_checkpoint import main
+    from vit_plugin.cli.convert_checkpoint import main
     return main
 
 

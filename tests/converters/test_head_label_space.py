@@ -48,7 +48,7 @@ def test_a_classifier_of_another_size_is_refused(official):
 
 
 def test_tool_writes_the_fall11_head(official, tmp_path, capsys):
-    from vit_plugin.apis.convert_checkpoint import main  # the tool's module: the command line
+    from vit_plugin.cli.convert_checkpoint import main  # the tool's module: the command line
     dst = str(tmp_path / 'fall11.pth')
     assert main([official['path'], dst, '--head-label-space', 'google21k:fall11']) == 0
     assert 'label space google21k (21,843 rows) -> fall11 (21,841): 21,841 classes carried over, 2 of google21k ' \
@@ -63,7 +63,7 @@ def test_tool_writes_the_fall11_head(official, tmp_path, capsys):
     (['--head-label-space', 'google21k:fall11', '--num-classes', '5'], 'which --num-classes and --backbone-only drop'),
 ])
 def test_tool_refuses_a_bad_request_and_writes_nothing(official, tmp_path, capsys, extra, message):
-    from vit_plugin.apis.convert_checkpoint import main  # the tool's module: the command line
+    from vit_plugin.cli.convert_checkpoint import main  # the tool's module: the command line
     dst = str(tmp_path / 'out.pth')
     assert main([official['path'], dst] + extra) == 1
     assert message in capsys.readouterr().err and not osp.exists(dst)

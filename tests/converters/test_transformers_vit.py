@@ -21,9 +21,9 @@ from transformers import ViTConfig, ViTForImageClassification, ViTModel
 import vit_plugin  # noqa: F401  (registers the loaders, as custom_imports=['vit_plugin'] does)
 from helpers.common import REPO
 from helpers.hub_cache import COMMIT, hub_cache
-from vit_plugin.apis.convert_checkpoint import main as convert_main
-from vit_plugin.apis.infer import main as infer_main
 from vit_plugin.checkpoint import CheckpointError, read_checkpoint_file
+from vit_plugin.cli.convert_checkpoint import main as convert_main
+from vit_plugin.cli.infer import main as infer_main
 from vit_plugin.models import ViT
 
 TOL = 1e-5

@@ -1,5 +1,5 @@
 """vit_plugin.datasets.shard_files, the alias of vit_plugin.datasets.shards: its names are the package's,
-and reads through it behave end to end (a loopback HTTP server, vit_plugin.benchmarks.loopback_http; a
+and reads through it behave end to end (a loopback HTTP server, benchmarks.loopback_http; a
 port nothing listens at).
 """
 import gc

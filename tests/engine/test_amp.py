@@ -101,7 +101,7 @@ def test_fp16_off_gpu_is_refused_with_the_fix():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU choice of --amp')
 def test_train_amp_flag_on_cpu(tmp_path):
-    from vit_plugin.apis import train as tool
+    from vit_plugin.cli import train as tool
     cfg_file = osp.join(REPO, 'configs', 'vit_demo_digits.py')
     for flag in (['--amp', 'bf16'], ['--amp']):
         cfg = Config.fromfile(cfg_file)

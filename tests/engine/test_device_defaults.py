@@ -62,10 +62,10 @@ def test_cuda_defaults_on_a_config_and_the_tf32_switch():
         torch.backends.cudnn.allow_tf32 = True
 
 
-# ---- through tools/train.py's command line (vit_plugin.apis.train) and vit_plugin.Runner ----------------
+# ---- through tools/train.py's command line (vit_plugin.cli.train) and vit_plugin.Runner ----------------
 
 def _merged(*flags, config='vit_demo_digits.py'):
-    from vit_plugin.apis import train
+    from vit_plugin.cli import train
     cfg_file = osp.join(REPO, 'configs', config)
     return train.merge_args(Config.fromfile(cfg_file), train.parse_args([cfg_file, *flags, '--work-dir', '/tmp/x']))
 

@@ -26,7 +26,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from helpers.common import REPO, free_port, read_losses, run_env
 from helpers.training_runs import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, signal_when,
                                    train_cmd)
-from vit_plugin.apis.consolidate_checkpoint import main as consolidate
+from vit_plugin.cli.consolidate_checkpoint import main as consolidate
 from vit_plugin.engine import fsdp2
 from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem, find_resumable_checkpoint
 
@@ -244,7 +244,7 @@ def test_fsdp2_consolidated_checkpoint_loads_into_a_plain_model(runs, plain, con
 def test_fsdp_flag_selects_fsdp2_and_shards_ema():
     from mmengine.config import Config
 
-    from vit_plugin.apis import train
+    from vit_plugin.cli import train
     from vit_plugin.engine.runner import prepare_run
 
     args = train.parse_args([osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '--fsdp', '--work-dir', '/nonexistent'])

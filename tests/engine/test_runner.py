@@ -233,8 +233,8 @@ FLAG_KEYS = [
 
 @pytest.mark.parametrize('flags, keys', FLAG_KEYS, ids=[' '.join(flags) for flags, _ in FLAG_KEYS])
 def test_each_option_of_tools_train_is_config_keys(flags, keys, monkeypatch):
-    import vit_plugin.apis.launch as launch
-    from vit_plugin.apis import train
+    import vit_plugin.cli.launch as launch
+    from vit_plugin.cli import train
     monkeypatch.setattr(launch, 'training_device', lambda launcher: 'cpu')  # --amp's choice on this host
     config = osp.join(REPO, 'configs', 'vit_demo_digits.py')
 

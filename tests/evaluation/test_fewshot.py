@@ -265,7 +265,7 @@ def _pre_logits_of_split(model, root, split):
 
 
 def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
-    from vit_plugin.apis import fewshot_eval as tool
+    from vit_plugin.cli import fewshot_eval as tool
     tmp, options, ckpt, model = demo_setup
     out = tmp / 'fewshot.json'
     argv = [osp.join(REPO, 'configs', 'vit_demo_digits.py'), ckpt, '--shots', '1', '5', '--num-workers', '0',
@@ -288,9 +288,9 @@ def test_fewshot_tool_reports_every_shot_and_writes_json(demo_setup, capsys):
 
 
 def test_fewshot_tool_refuses_a_checkpoint_of_another_model(demo_setup, tmp_path, capsys):
-    from vit_plugin.apis.cli import run
+    from vit_plugin.cli.common import run
     from vit_plugin.models.backbones.vit import ViT
-    from vit_plugin.apis import fewshot_eval as tool
+    from vit_plugin.cli import fewshot_eval as tool
     _, options, _, _ = demo_setup
     other = ViT(arch=dict(embed_dims=48, num_layers=2, num_heads=2, mlp_dims=64), img_size=32, patch_size=4)
     bad = tmp_path / 'other.pth'

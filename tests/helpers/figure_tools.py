@@ -1,5 +1,5 @@
 """A tiny ViT classifier of a real config with a checkpoint, a checkpoint of another model and a few
-images, for the tests of the figure tools (vit_plugin.apis.attention_distance, ...)."""
+images, for the tests of the figure tools (vit_plugin.cli.attention_distance, ...)."""
 import os.path as osp
 
 import numpy as np
@@ -9,7 +9,7 @@ from PIL import Image
 
 import vit_plugin  # noqa: F401  (registers vit_plugin.*)
 from helpers.common import REPO
-from vit_plugin.apis.cli import run
+from vit_plugin.cli.common import run
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.backbones.vit import ViT
 

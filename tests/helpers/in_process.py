@@ -4,7 +4,7 @@ import contextlib
 import io
 from typing import NamedTuple, Optional, Union
 
-from vit_plugin.apis.train import main as train_main
+from vit_plugin.cli.train import main as train_main
 
 
 class Outcome(NamedTuple):

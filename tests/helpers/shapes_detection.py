@@ -7,7 +7,7 @@ import os.path as osp
 import numpy as np
 
 from helpers.loss_recorder import LossRecorderHook
-from vit_plugin.apis.infer import main as infer_main
+from vit_plugin.cli.infer import main as infer_main
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = osp.join(ROOT, 'configs')

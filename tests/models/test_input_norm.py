@@ -70,7 +70,7 @@ def test_official_weights_warn_under_imagenet_normalisation_only(official_checkp
     assert len(check_input_normalization(fresh, warn=False)) == 1
 
     # the runner hook that tools/train.py and tools/test.py add logs it once per run
-    from vit_plugin.apis import train
+    from vit_plugin.cli import train
 
     args = train.parse_args([osp.join(REPO, 'configs', 'vit_demo_digits.py')])
     cfg = train.merge_args(Config.fromfile(args.config), args)

@@ -18,8 +18,8 @@ from scipy import ndimage  # noqa: E402
 import vit_plugin  # noqa: E402,F401  (what custom_imports=['vit_plugin'] does in a config)
 from helpers.common import REPO  # noqa: E402
 from helpers.official_npz import official_arrays, save_npz  # noqa: E402
-from vit_plugin.apis.convert_checkpoint import main as convert_main  # noqa: E402
 from vit_plugin.checkpoint.records import MODE_KEY, encode_resize_mode  # noqa: E402
+from vit_plugin.cli.convert_checkpoint import main as convert_main  # noqa: E402
 from vit_plugin.engine.hooks import pos_embed_hooks  # noqa: E402
 from vit_plugin.models import ViT, load_adapt, numerics  # noqa: E402
 from vit_plugin.models.patch_resize import resize_patch_embed  # noqa: E402

@@ -24,9 +24,9 @@ from transformers import ViTConfig, ViTForImageClassification
 import vit_plugin
 from helpers.hub_cache import hub_cache
 from vit_plugin import zoo
-from vit_plugin.apis.infer import main as infer_main
-from vit_plugin.apis.test import main as evaluate
 from vit_plugin.checkpoint import CheckpointError
+from vit_plugin.cli.infer import main as infer_main
+from vit_plugin.cli.test import main as evaluate
 from vit_plugin.compat.mmpretrain import dataset_meta
 
 NAME = 'toy-vit-p8_orig_digits-32px'

@@ -18,7 +18,7 @@ from mmengine.logging import MMLogger
 
 from helpers.common import LogLines, free_port, run_env
 from helpers.tar_shards import make_samples, write_wds
-from vit_plugin.apis.build_index import main as build_index
+from vit_plugin.cli.build_index import main as build_index
 
 PER_SHARD = (5, 4, 6, 5, 4)
 PG_TIMEOUT_S = 3  # the process group's timeout in the 2-process job; the slow build takes longer

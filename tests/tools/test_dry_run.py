@@ -16,8 +16,8 @@ def dry_run(monkeypatch, capsys):
     """``tools/train.py ARGS --dry-run`` in this process: its output; building a model, a dataset or a
     runner fails the test."""
     from mmengine.dataset import DefaultSampler
-    import vit_plugin.apis.launch as launch
-    from vit_plugin.apis import train
+    import vit_plugin.cli.launch as launch
+    from vit_plugin.cli import train
     from vit_plugin.models import ViT
 
     def built(*args, **kwargs):
@@ -55,6 +55,6 @@ def test_dry_run_prints_the_plan_of_a_detection_config(dry_run, nproc):
 
 
 def test_nproc_goes_with_dry_run():
-    from vit_plugin.apis import train
+    from vit_plugin.cli import train
     with pytest.raises(SystemExit):
         train.parse_args([CLS, '--nproc', '4'])

@@ -12,9 +12,9 @@ from helpers.common import REPO
 from helpers.training_runs import train
 from mmengine.config import Config
 
-from vit_plugin.apis import plot_curves
-from vit_plugin.apis.train import main as train_main
-from vit_plugin.apis.train import merge_args, parse_args
+from vit_plugin.cli import plot_curves
+from vit_plugin.cli.train import main as train_main
+from vit_plugin.cli.train import merge_args, parse_args
 
 MAX_ITERS = 4
 

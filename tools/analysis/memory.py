@@ -6,8 +6,8 @@
 """
 import sys
 
-from vit_plugin.apis.cli import run
 from benchmarks.memory_planner import main
+from vit_plugin.cli.common import run
 
 if __name__ == '__main__':
     sys.exit(run(main))

@@ -1,13 +1,17 @@
-"""The command-line mains behind ``tools/`` (not imported by ``import vit_plugin``).
-
-:mod:`.launch` holds one function per step between reading a config and running the runner.
-"""
-from .launch import (LAUNCHERS, amp_precision, build_runner, disable_pin_memory, disable_tf32,
-                     exit_on_expected_errors, is_rank_zero, merge_cfg_options, run_training, set_resume, set_work_dir,
-                     setup_launcher, skip_validation, training_device, use_amp, use_auto_scale_lr, use_fsdp)
+"""The Python API, as ``mmpretrain.apis``: the released models by name and the checked inferencers, which
+live in :mod:`vit_plugin.zoo` and :mod:`vit_plugin.inference` (docs/model_zoo.md, docs/inference.md)."""
+from vit_plugin.inference import CheckedImageClassificationInferencer, build_classification_inferencer
+from vit_plugin.zoo import (ReleasedModel, UnknownModelError, find_model, get_config, get_model, list_models,
+                            register_model)
 
 __all__ = [
-    'LAUNCHERS', 'amp_precision', 'build_runner', 'disable_pin_memory', 'disable_tf32', 'exit_on_expected_errors',
-    'is_rank_zero', 'merge_cfg_options', 'run_training', 'set_resume', 'set_work_dir', 'setup_launcher',
-    'skip_validation', 'training_device', 'use_amp', 'use_auto_scale_lr', 'use_fsdp'
+    'get_model', 'list_models', 'get_config', 'find_model', 'register_model', 'ReleasedModel', 'UnknownModelError',
+    'CheckedImageClassificationInferencer', 'build_classification_inferencer'
 ]
+
+try:  # defined where mmdet (the [det] extra) is installed
+    from vit_plugin.inference import CheckedDetInferencer  # noqa: F401
+except ImportError:
+    pass
+else:
+    __all__.append('CheckedDetInferencer')

@@ -7,7 +7,7 @@ import torch
 from mmengine.dist import all_reduce, broadcast_object_list, get_rank, get_world_size
 
 from vit_plugin.datasets.decode import ImageDecodeError
-from vit_plugin.datasets.shard_files import ShardReadError
+from vit_plugin.datasets.shards import ShardReadError
 
 #: Exit status of a run stopped by a data fault after writing its checkpoint (``EX_DATAERR`` of
 #: sysexits.h: the input data was incorrect; fix it, then continue with ``--resume``).

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from helpers.toy_shards import make_hf_cache, make_shard_folder
-from vit_plugin.benchmarks.loopback_http import serve_folder
+from benchmarks.loopback_http import serve_folder
 
 
 @pytest.fixture(scope='module')

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from vit_plugin.apis.cli import base_parser
+from vit_plugin.cli.common import base_parser
 from benchmarks.memory_measure import measure
 from vit_plugin.evaluation.model_loading import load_config
 from vit_plugin.models.vit_search import find_vit

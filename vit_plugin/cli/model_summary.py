@@ -8,7 +8,7 @@ a row measured on the model it builds (with --checkpoint, after checking that th
 """
 import os.path as osp
 
-from vit_plugin.apis.cli import base_parser
+from vit_plugin.cli.common import base_parser
 from vit_plugin.evaluation.figures import summary_figure
 from vit_plugin.evaluation.model_complexity import config_row, format_markdown, summary_rows
 from vit_plugin.evaluation.model_loading import load_model

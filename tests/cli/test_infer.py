@@ -1,4 +1,4 @@
-"""``tools/infer.py`` (``vit_plugin.apis.infer``) on a demo classifier trained for 20 epochs: the top-1
+"""``tools/infer.py`` (``vit_plugin.cli.infer``) on a demo classifier trained for 20 epochs: the top-1
 names of the held-out test split (the images tools/test.py evaluates) are mostly right, top-k is
 ordered, folders are searched, image files keep the order given, and a missing file is named.
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from helpers.common import REPO, run_env
-from vit_plugin.apis.infer import main as infer
+from vit_plugin.cli.infer import main as infer
 
 pytestmark = pytest.mark.slow
 

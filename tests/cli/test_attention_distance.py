@@ -1,6 +1,6 @@
-"""tools/analysis/attention_distance.py (vit_plugin.apis.attention_distance) on a tiny ViT of a real config."""
+"""tools/analysis/attention_distance.py (vit_plugin.cli.attention_distance) on a tiny ViT of a real config."""
 from helpers.figure_tools import check_figure_tool
-from vit_plugin.apis import attention_distance as tool
+from vit_plugin.cli import attention_distance as tool
 
 EXTRA = ['--images', '{images}']
 

@@ -9,7 +9,7 @@ import json
 import os
 import os.path as osp
 
-from vit_plugin.apis.cli import base_parser, image_args
+from vit_plugin.cli.common import base_parser, image_args
 from vit_plugin.evaluation import figures
 from vit_plugin.evaluation.figure_images import load_images
 from vit_plugin.evaluation.model_complexity import config_row, format_markdown, summary_rows

@@ -1,6 +1,6 @@
-"""tools/analysis/attention_rollout.py (vit_plugin.apis.attention_rollout) on a tiny ViT of a real config."""
+"""tools/analysis/attention_rollout.py (vit_plugin.cli.attention_rollout) on a tiny ViT of a real config."""
 from helpers.figure_tools import check_figure_tool
-from vit_plugin.apis import attention_rollout as tool
+from vit_plugin.cli import attention_rollout as tool
 
 EXTRA = ['--images', '{images}']
 

@@ -1,4 +1,4 @@
-"""tools/test.py (``vit_plugin.apis.test``): the top-1 it reports is the model's own on the test split."""
+"""tools/test.py (``vit_plugin.cli.test``): the top-1 it reports is the model's own on the test split."""
 import json
 
 import pytest
@@ -10,14 +10,14 @@ from helpers.tiny_classifier import tiny_demo_checkpoint
 
 
 def test_test_tool_reports_the_models_own_top1_on_the_test_split(tmp_path, digits_root):
-    """tools/test.py (vit_plugin.apis.test): the top-1 it prints and writes with --out is the accuracy of
+    """tools/test.py (vit_plugin.cli.test): the top-1 it prints and writes with --out is the accuracy of
     the checkpoint's predictions on the config's test split, counted here image by image."""
     config, ckpt = tiny_demo_checkpoint(tmp_path, digits_root)
     from mmengine.dataset import pseudo_collate
     from mmpretrain.apis import get_model
     from mmpretrain.registry import DATASETS
 
-    from vit_plugin.apis.test import main as test_main
+    from vit_plugin.cli.test import main as test_main
     out = tmp_path / 'metrics.json'
     metrics = test_main([config, ckpt, '--work-dir', str(tmp_path / 'work'), '--out', str(out)])
     assert json.loads(out.read_text()) == {'accuracy/top1': pytest.approx(metrics['accuracy/top1'])}

@@ -9,7 +9,7 @@ measured on the config's test dataset. Frozen features are the model's pre-logit
 import copy
 import json
 
-from vit_plugin.apis.cli import base_parser
+from vit_plugin.cli.common import base_parser
 from vit_plugin.evaluation import FewShotLinearMetric, run_fewshot_eval
 from vit_plugin.evaluation.model_loading import load_model
 

@@ -1,7 +1,7 @@
-"""tools/analysis/pos_embed_similarity.py (vit_plugin.apis.pos_embed_similarity) on a tiny ViT of a real config."""
+"""tools/analysis/pos_embed_similarity.py (vit_plugin.cli.pos_embed_similarity) on a tiny ViT of a real config."""
 from helpers.figure_tools import check_figure_tool
-from vit_plugin.apis import pos_embed_similarity as tool
-from vit_plugin.apis.cli import run
+from vit_plugin.cli import pos_embed_similarity as tool
+from vit_plugin.cli.common import run
 
 EXTRA = []
 

@@ -1,5 +1,5 @@
-"""Shared command-line plumbing of the commands in :mod:`vit_plugin.apis` and ``tools/analysis/benchmarks`` that
-load a config (the figure tools, the memory planner, ``tools/fewshot_eval.py``)."""
+"""What the commands that load a config share (the figure tools, the memory planner, ``tools/fewshot_eval.py``):
+a parser with CONFIG CHECKPOINT, the image options, and one ``error:`` line for an expected user error."""
 import argparse
 import sys
 from typing import Callable, Optional, Sequence

@@ -2,7 +2,7 @@
 
     python tools/analysis/patch_filters.py CONFIG CHECKPOINT --out filters.png
 """
-from vit_plugin.apis.cli import base_parser
+from vit_plugin.cli.common import base_parser
 from vit_plugin.evaluation.figures import filters_figure
 from vit_plugin.evaluation.model_loading import load_model
 

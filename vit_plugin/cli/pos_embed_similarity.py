@@ -2,7 +2,7 @@
 
     python tools/analysis/pos_embed_similarity.py CONFIG CHECKPOINT --out pos_embed.png
 """
-from vit_plugin.apis.cli import base_parser
+from vit_plugin.cli.common import base_parser
 from vit_plugin.evaluation.figures import pos_embed_figure
 from vit_plugin.evaluation.model_loading import load_model
 

@@ -1,6 +1,6 @@
-"""tools/analysis/patch_filters.py (vit_plugin.apis.patch_filters) on a tiny ViT of a real config."""
+"""tools/analysis/patch_filters.py (vit_plugin.cli.patch_filters) on a tiny ViT of a real config."""
 from helpers.figure_tools import check_figure_tool
-from vit_plugin.apis import patch_filters as tool
+from vit_plugin.cli import patch_filters as tool
 
 EXTRA = []
 

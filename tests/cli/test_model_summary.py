@@ -1,7 +1,7 @@
-"""tools/analysis/model_summary.py (vit_plugin.apis.model_summary): the table and figure, with a config's row."""
+"""tools/analysis/model_summary.py (vit_plugin.cli.model_summary): the table and figure, with a config's row."""
 from helpers.figure_tools import assert_png
-from vit_plugin.apis import model_summary as tool
-from vit_plugin.apis.cli import run
+from vit_plugin.cli import model_summary as tool
+from vit_plugin.cli.common import run
 
 
 def test_model_summary_tool_adds_the_config_row(tiny, capsys):

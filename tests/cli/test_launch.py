@@ -1,4 +1,4 @@
-"""``vit_plugin.apis.launch``: a rank that finished exits with the run's status."""
+"""``vit_plugin.cli.launch``: a rank that finished exits with the run's status."""
 import subprocess
 import sys
 
@@ -17,7 +17,7 @@ def test_a_rank_that_finished_exits_with_the_runs_status(tmp_path, ending, statu
     script = tmp_path / 'rank.py'
     script.write_text(f"""
 import torch.distributed as dist
-from vit_plugin.apis.launch import release_process_group, run_as_script
+from vit_plugin.cli.launch import release_process_group, run_as_script
 def main():
     dist.init_process_group('gloo', init_method='file://{tmp_path / "store"}', rank=0, world_size=1)
     print('trained', flush=False)

@@ -8,7 +8,7 @@ Images come from the config's test dataloader (or --images FILE ...). The per-la
 import json
 import os.path as osp
 
-from vit_plugin.apis.cli import base_parser, image_args
+from vit_plugin.cli.common import base_parser, image_args
 from vit_plugin.evaluation.figure_images import load_images
 from vit_plugin.evaluation.figures import attention_distance_figure
 from vit_plugin.evaluation.model_loading import load_model

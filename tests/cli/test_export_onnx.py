@@ -14,7 +14,7 @@ from helpers.tiny_classifier import tiny_demo_checkpoint
 
 def test_onnx_export_matches_onnx_runtime_at_two_batch_sizes(tmp_path, digits_root):
     config, ckpt = tiny_demo_checkpoint(tmp_path, digits_root)
-    from vit_plugin.apis.export_onnx import main as export
+    from vit_plugin.cli.export_onnx import main as export
     out = tmp_path / 'tiny.onnx'
     result = export([config, ckpt, '--out', str(out), '--torch-export', str(tmp_path / 'tiny.pt2'),
                      '--benchmark', '2', '--batch', '2', '--threads', '1'])

@@ -3,7 +3,7 @@
     python tools/analysis/attention_rollout.py CONFIG CHECKPOINT --num-images 8 --out rollout.png
     python tools/analysis/attention_rollout.py CONFIG CHECKPOINT --images a.jpg b.jpg --out rollout.png
 """
-from vit_plugin.apis.cli import base_parser, image_args
+from vit_plugin.cli.common import base_parser, image_args
 from vit_plugin.evaluation.figure_images import load_images
 from vit_plugin.evaluation.figures import rollout_figure
 from vit_plugin.evaluation.model_loading import load_model

@@ -1,9 +1,9 @@
-"""tools/analysis/make_figures.py (vit_plugin.apis.make_figures): every figure of a tiny checkpoint."""
+"""tools/analysis/make_figures.py (vit_plugin.cli.make_figures): every figure of a tiny checkpoint."""
 import json
 import math
 
 from helpers.figure_tools import TINY, assert_png
-from vit_plugin.apis import make_figures as tool
+from vit_plugin.cli import make_figures as tool
 
 
 def test_make_figures_uses_the_config_dataset(tiny):
