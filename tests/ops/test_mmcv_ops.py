@@ -115,7 +115,7 @@ def test_roi_align_and_its_input_gradient_match_compiled_mmcv(monkeypatch):
 
 def test_roi_align_reads_channels_last_maps_by_value(with_provider):
     """torchvision's kernels read a map's values whatever its memory layout (compiled mmcv's CPU kernel
-    reads the raw memory as NCHW: tests/models/test_simple_fpn.py)."""
+    reads the raw memory as NCHW: tests/models/necks/test_simple_fpn.py)."""
     torch.manual_seed(0)
     x = torch.randn(2, 6, 12, 16)
     channels_last = x.contiguous(memory_format=torch.channels_last).requires_grad_()

@@ -3,8 +3,8 @@ against the allocator's peak, the detector with its operators on the GPU, pinned
 
 Every test here is marked ``cuda`` and skips, saying so, on a machine without a CUDA device
 (``pytest -m cuda`` runs just these; ``make gpu-report`` runs them and puts their results in its
-report). Their CPU counterparts run everywhere: tests/engine/test_amp.py, tests/engine/test_nonfinite_guard.py,
-tests/benchmarks/test_memory_planner.py, tests/models/test_simple_fpn.py.
+report). Their CPU counterparts run everywhere: tests/engine/optimizers/test_amp.py, tests/engine/hooks/test_nonfinite_guard.py,
+tests/benchmarks/test_memory_planner.py, tests/models/necks/test_simple_fpn.py.
 """
 import os.path as osp
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.cuda,
 
 CONFIGS = osp.join(REPO, 'configs')
 # bf16 keeps 8 bits of mantissa (relative rounding 2**-9): over 20 AdamW steps of a 2-block ViT the
-# per-step losses of a bf16 and an fp32 run stay within this distance (the CPU test, tests/engine/test_amp.py,
+# per-step losses of a bf16 and an fp32 run stay within this distance (the CPU test, tests/engine/optimizers/test_amp.py,
 # sees at most 0.002 with the same model and data).
 LOSS_ATOL = 0.01
 
