@@ -2,32 +2,9 @@
 labels the tests wrote; a label outside [0, num_classes) named with its sample."""
 import pytest
 
+from helpers.tar_index_fixtures import PER_SHARD, open_index, read_image, samples, wds  # noqa: F401 (fixtures)
 from helpers.tar_shards import NUM_CLASSES, make_samples, write_wds
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
-
-PER_SHARD = (7, 5, 9)
-
-
-@pytest.fixture(scope='module')
-def samples():
-    return make_samples(sum(PER_SHARD), seed=1)
-
-
-@pytest.fixture
-def wds(tmp_path, samples):
-    folder = str(tmp_path / 'wds')
-    write_wds(folder, samples, PER_SHARD)
-    return folder
-
-
-def open_index(folder, rule=LabelRule(), split='train', shards=None, **kwargs):
-    return TarShardIndex.open(resolve_shards(folder, shards, split), rule=rule, split=split, workers=1, **kwargs)
-
-
-def read_image(index, row):
-    with open(index.shard_url(index.shard_of(row)), 'rb') as f:
-        f.seek(int(index.offsets[row]))
-        return f.read(int(index.sizes[row]))
 
 
 def test_timm_layout_gives_every_sample_its_bytes_and_label(wds, samples):

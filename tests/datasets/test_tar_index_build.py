@@ -13,27 +13,10 @@ import time
 import numpy as np
 import pytest
 
+from helpers.tar_index_fixtures import PER_SHARD, open_index, samples, wds  # noqa: F401 (fixtures)
 from helpers.tar_shards import NUM_CLASSES, make_samples, write_wds
 from vit_plugin.datasets import tar_index_build, tar_scan
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
-
-PER_SHARD = (7, 5, 9)
-
-
-@pytest.fixture(scope='module')
-def samples():
-    return make_samples(sum(PER_SHARD), seed=1)
-
-
-@pytest.fixture
-def wds(tmp_path, samples):
-    folder = str(tmp_path / 'wds')
-    write_wds(folder, samples, PER_SHARD)
-    return folder
-
-
-def open_index(folder, rule=LabelRule(), split='train', shards=None, **kwargs):
-    return TarShardIndex.open(resolve_shards(folder, shards, split), rule=rule, split=split, workers=1, **kwargs)
 
 
 def test_index_is_reused_until_a_shard_changes(wds, samples, monkeypatch):

@@ -13,35 +13,12 @@ import tempfile
 
 import pytest
 
+from helpers.tar_index_fixtures import PER_SHARD, open_index, read_image, samples, wds  # noqa: F401 (fixtures)
 from helpers.tar_shards import add_member, make_samples, toy_synsets, write_tar_of_tars, write_wds
 from vit_plugin import label_spaces
 from vit_plugin.datasets.tar_index import TarShardIndex
 from vit_plugin.datasets.tar_scan import LabelRule, TarIndexError
 from vit_plugin.datasets.tar_shards import resolve_shards
-
-PER_SHARD = (7, 5, 9)
-
-
-@pytest.fixture(scope='module')
-def samples():
-    return make_samples(sum(PER_SHARD), seed=1)
-
-
-@pytest.fixture
-def wds(tmp_path, samples):
-    folder = str(tmp_path / 'wds')
-    write_wds(folder, samples, PER_SHARD)
-    return folder
-
-
-def open_index(folder, rule=LabelRule(), split='train', shards=None, **kwargs):
-    return TarShardIndex.open(resolve_shards(folder, shards, split), rule=rule, split=split, workers=1, **kwargs)
-
-
-def read_image(index, row):
-    with open(index.shard_url(index.shard_of(row)), 'rb') as f:
-        f.seek(int(index.offsets[row]))
-        return f.read(int(index.sizes[row]))
 
 
 @pytest.mark.parametrize('rule', [LabelRule('json', 'label'),
