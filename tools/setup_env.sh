@@ -216,29 +216,8 @@ fi
 log "installing the $STACK stack (torch, OpenMMLab$([ "$STACK" = classic ] && echo ', torch-xla'), mmcv: $PLAN_MODE), test and export tools, TensorBoard, vit_plugin (editable)"
 INSTALL_ARGS=(-c "$LOCK" --no-build-isolation -r "$REQ/stack.txt" "${MMCV_REQUIREMENTS[@]}"
   -r requirements/tests.txt -r requirements/deploy.txt -r requirements/vis.txt -e .)
-# uv reads no pip configuration: it gets the indexes, links, certificate and timeout pip is configured
-# with, and pip's choice among indexes (the best match across all of them).
-uv_config() {
-  "${PIP[@]}" config list 2>/dev/null | "$VENV/bin/python" -c '
-import re, shlex, sys
-found = {}
-for line in sys.stdin:  # scope.key=value, in pip order: a later scope overrides an earlier one
-    match = re.match(r"^.*?\.([a-z-]+)=(.*)$", line.strip())
-    if match:
-        found[match[1]] = shlex.split(match[2])[0] if match[2] else ""
-words = ["--index-strategy", "unsafe-best-match"]
-if found.get("index-url"):
-    words += ["--index-url", found["index-url"]]
-for flag, key in (("--extra-index-url", "extra-index-url"), ("--find-links", "find-links")):
-    for value in found.get(key, "").split():
-        words += [flag, value]
-env = {"SSL_CERT_FILE": found.get("cert"), "UV_HTTP_TIMEOUT": found.get("default-timeout")}
-print(" ".join(shlex.quote(w) for w in words))
-print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if v))'
-}
-{ read -r UV_ARGS_LINE; read -r UV_ENV_LINE; } < <(uv_config; echo)
-eval "UV_ARGS=($UV_ARGS_LINE)"
-eval "UV_ENV=($UV_ENV_LINE)"
+# uv reads no pip configuration: it gets pip's indexes, links, certificate and timeout (tools/setup_plan.py).
+eval "$("$VENV/bin/python" tools/setup_plan.py --uv)"
 if ! env "${UV_ENV[@]}" "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${UV_ARGS[@]}" "${INSTALL_ARGS[@]}"; then
   log "uv could not install the stack (above); installing it with pip"
   pip_run install -q --no-compile "${INSTALL_ARGS[@]}"

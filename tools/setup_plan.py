@@ -3,6 +3,7 @@ where its wheel is cached: the decision as data, so that ``--plan`` can print it
 
     python tools/setup_plan.py --venv .venv   # the plan in words (what `setup_env.sh --plan` prints)
     python tools/setup_plan.py --venv .venv --shell   # as shell assignments (setup_env.sh evals them)
+    .venv/bin/python tools/setup_plan.py --uv         # uv's arguments for that Python's pip configuration
 
 Standard library only: it runs by path (before the virtualenv exists, with the Python the virtualenv
 gets), and the tests load it from this file (tests/tools/test_setup_plan.py). It is no part of the
@@ -33,6 +34,7 @@ CUDA version are read from the lock (what the set-up installs: PyPI's torch brin
 (``"cuda": null`` for a CPU-only torch) replaces that probe.
 """
 import argparse
+import ast
 import json
 import os
 import os.path as osp
@@ -422,11 +424,50 @@ def shell_assignments(plan):
     return ''.join(f'{k}={shlex.quote(v)}\n' for k, v in values.items())
 
 
+def uv_settings(pip_config):
+    """uv's arguments and environment for what ``pip config list`` printed (``pip_config``).
+
+    uv reads no pip configuration, so the set-up hands it pip's indexes, links, certificate and timeout,
+    and pip's rule of taking the best match across all indexes. A later scope's value overrides an
+    earlier one's, as in pip.
+
+    Returns:
+        tuple[list[str], dict[str, str]]: the ``uv pip install`` arguments and the environment to add.
+    """
+    found = {}
+    for line in pip_config.splitlines():  # scope.key=repr(value); a list's items on lines of their own
+        match = re.match(r'^.*?\.([a-z-]+)=(.*)$', line.strip())
+        if match:
+            found[match[1]] = ' '.join(str(ast.literal_eval(match[2])).split())
+    args = ['--index-strategy', 'unsafe-best-match']
+    if found.get('index-url'):
+        args += ['--index-url', found['index-url']]
+    for flag, key in (('--extra-index-url', 'extra-index-url'), ('--find-links', 'find-links')):
+        for value in found.get(key, '').split():
+            args += [flag, value]
+    env = {name: found[key] for name, key in (('SSL_CERT_FILE', 'cert'), ('UV_HTTP_TIMEOUT', 'default-timeout'))
+           if found.get(key)}
+    return args, env
+
+
+def uv_assignments(pip_config):
+    """``UV_ARGS`` and ``UV_ENV`` bash arrays for ``eval`` in setup_env.sh."""
+    args, env = uv_settings(pip_config)
+    return (f'UV_ARGS=({" ".join(shlex.quote(a) for a in args)})\n'
+            f'UV_ENV=({" ".join(shlex.quote(f"{k}={v}") for k, v in env.items())})\n')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--venv', default='.venv', help='the virtualenv being set up')
     parser.add_argument('--shell', action='store_true', help='print PLAN_* shell assignments instead of words')
+    parser.add_argument('--uv', action='store_true',
+                        help="print uv's arguments for this Python's pip configuration (UV_ARGS, UV_ENV)")
     args = parser.parse_args(argv)
+    if args.uv:
+        config = subprocess.run([sys.executable, '-m', 'pip', 'config', 'list'], capture_output=True, text=True)
+        print(uv_assignments(config.stdout), end='')
+        return 0
     try:
         plan = make_plan(args.venv)
     except ValueError as error:

@@ -224,3 +224,30 @@ def test_setup_env_plan_changes_nothing_and_the_gpu_stop_comes_first(tmp_path):
     stop = _setup_env(tmp_path, MMCV_OPS='compiled')
     assert stop.returncode == 1 and 'STOP: ' in stop.stderr and 'stopped before changing anything' in stop.stdout
     assert not (tmp_path / 'venv').exists() and not (tmp_path / 'cache').exists()
+
+
+def test_uv_gets_the_indexes_links_certificate_and_timeout_of_pips_configuration(plan_tool, tmp_path):
+    """uv reads no pip configuration: the set-up hands it what pip is configured with, a later scope
+    overriding an earlier one, and pip's best match across indexes."""
+    args, env = plan_tool.uv_settings(
+        "global.index-url='https://mirror.example/simple'\n"
+        "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'\n"
+        "global.find-links='/opt/old'\n"
+        "global.cert='/etc/ca.pem'\n"
+        ":env:.find-links='/opt/wheels'\n"
+        ":env:.default-timeout='180'\n")
+    assert args == ['--index-strategy', 'unsafe-best-match', '--index-url', 'https://mirror.example/simple',
+                    '--extra-index-url', 'file:///opt/a/simple', '--extra-index-url', 'file:///opt/b/simple',
+                    '--find-links', '/opt/wheels']
+    assert env == {'SSL_CERT_FILE': '/etc/ca.pem', 'UV_HTTP_TIMEOUT': '180'}
+    # what this Python's pip prints for a configuration file, through the command the set-up evals
+    config = tmp_path / 'pip.conf'
+    config.write_text('[global]\nextra-index-url = file:///opt/x/simple\n    file:///opt/y/simple\n')
+    clean = {k: v for k, v in os.environ.items() if not k.startswith('PIP_')}
+    out = subprocess.run(['bash', '-c', f'eval "$({sys.executable} tools/setup_plan.py --uv)"; '
+                          'printf "%s\\n" "${UV_ARGS[@]}" --env "${UV_ENV[@]}"'],
+                         env=dict(clean, PIP_CONFIG_FILE=str(config)), cwd=REPO, capture_output=True, text=True)
+    words = out.stdout.split('\n')
+    assert words[:2] == ['--index-strategy', 'unsafe-best-match'], out.stdout + out.stderr
+    indexes = [words[i + 1] for i, w in enumerate(words) if w == '--extra-index-url']
+    assert indexes == ['file:///opt/x/simple', 'file:///opt/y/simple']  # the file's, over the user's
