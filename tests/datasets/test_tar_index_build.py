@@ -89,10 +89,16 @@ def _fail_first_then_work(task):
 def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkeypatch, tmp_path):
     """A training process's pre-emption handler (it only records SIGTERM) is inherited by the forked
     index workers; a build that stops on a damaged shard must still end the one still scanning rather
-    than wait for it: the worker that started a scan is gone and never finished it. A watchdog kills
-    workers left after 20 s, so that a stalled build fails instead of hanging."""
+    than wait for it: the worker that started a scan is gone and never finished it. A watchdog kills the
+    build's workers left after 20 s, so that a stalled build fails instead of hanging; children this
+    process had before are not the build's and are left alone."""
+    others = set(multiprocessing.active_children())  # what this process started before: not the build's
+
+    def build_workers():
+        return [child for child in multiprocessing.active_children() if child not in others]
+
     def kill_workers():
-        for child in multiprocessing.active_children():
+        for child in build_workers():
             child.kill()
 
     monkeypatch.setattr(tar_index_build, '_run_task', _fail_first_then_work)
@@ -103,7 +109,7 @@ def test_a_failed_parallel_build_ends_its_workers_under_a_sigterm_handler(monkey
     try:
         with pytest.raises(TarIndexError, match='shard 0'):
             list(tar_index_build._scans([(0,), (1,), (2,)], workers=2))
-        assert multiprocessing.active_children() == []
+        assert build_workers() == []
         started = [name for name in os.listdir(tmp_path) if name.startswith('started_')]
         assert started, 'no worker was scanning when the build stopped'
         assert not osp.exists(f'/proc/{started[0].rsplit("_", 1)[1]}')  # ended, not left running
