@@ -318,10 +318,10 @@ def test_the_worker_shield_holds_from_the_hooks_construction_to_its_release():
     assert signal.SIGUSR2 not in baseline
     hook = PreemptionHook(signals=['SIGUSR2'])
     assert runtime.shielded_signals() == sorted(baseline + [signal.SIGUSR2])
-    assert 'vit_plugin.runtime.signals:shield_forked_workers' in runtime.fork_hooks()
+    assert 'vit_plugin.runtime.process:shield_forked_workers' in runtime.fork_hooks()
     hook.release()
     assert runtime.shielded_signals() == baseline
-    assert ('vit_plugin.runtime.signals:shield_forked_workers' in runtime.fork_hooks()) == bool(baseline)
+    assert ('vit_plugin.runtime.process:shield_forked_workers' in runtime.fork_hooks()) == bool(baseline)
 
 
 def test_a_run_that_fails_gives_the_signals_back(tmp_path):

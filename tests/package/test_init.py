@@ -56,6 +56,6 @@ def test_importing_registers_and_leaves_the_process_alone():
     proc = subprocess.run([sys.executable, '-c', PROBE], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.split('RESULT ', 1)[1])
-    assert result.pop('seen_after') == dict(own_at_fork=['vit_plugin.runtime.forks'], signal_calls=2, freezes=1)
+    assert result.pop('seen_after') == dict(own_at_fork=['vit_plugin.runtime.process'], signal_calls=2, freezes=1)
     assert result == dict(registered=True, own_at_fork=[], signal_calls=0, changed_handlers=[], same_stdout=True,
                           same_stderr=True, redirects=0, freezes=0, freeze_count=0)

@@ -8,7 +8,7 @@ import pytest
 
 from vit_plugin import runtime
 
-SHIELD_HOOK = 'vit_plugin.runtime.signals:shield_forked_workers'
+SHIELD_HOOK = 'vit_plugin.runtime.process:shield_forked_workers'
 
 
 def in_forked_child(report):

@@ -2,11 +2,10 @@
 when it ends; nothing happens at import. See docs/development.md#what-importing-does.
 """
 from .file_systems import file_system
-from .forks import fork_hooks, install_fork_hook, remove_fork_hook
-from .memory import frozen_heap
+from .process import (SignalHandlers, WorkerShield, default_stop_signals, fork_hooks, frozen_heap, in_main_thread,
+                      install_fork_hook, is_signal_name, remove_fork_hook, shielded_signals, signal_name,
+                      signal_number)
 from .process_group import join_gloo_group, release_process_group
-from .signals import (SignalHandlers, WorkerShield, default_stop_signals, in_main_thread, is_signal_name,
-                      shielded_signals, signal_name, signal_number)
 
 __all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'file_system', 'fork_hooks', 'frozen_heap',
            'in_main_thread', 'install_fork_hook', 'is_signal_name', 'join_gloo_group', 'release_process_group',

@@ -3,7 +3,7 @@ lives, with the at-fork hook that sets a forked child's copies aside, unused and
 them would take the parent's sockets out of the epoll set they share: docs/data.md#remote-shards)."""
 from typing import Any, Dict, List
 
-from .forks import install_fork_hook
+from .process import install_fork_hook
 
 #: protocol -> this process's file system (made with ``skip_instance_cache``: only this module holds it).
 _FILE_SYSTEMS: Dict[str, Any] = {}

@@ -1,21 +1,68 @@
-"""Signal handlers of the training process, shields for its data-loader workers, and defaults for forked helpers."""
+"""Process-level effects in one place: signal handlers of the training process, shields for its data-loader
+workers, defaults for forked helpers, at-fork hooks and the collector's frozen heap."""
 import collections
+import contextlib
+import gc
 import os
 import signal
 import threading
 import weakref
-from typing import Callable, Iterable, List
+from typing import Callable, Dict, Iterable, Iterator, List
 
 from vit_plugin.compat import torch as torch_compat
 
-from .forks import install_fork_hook, remove_fork_hook
-
-__all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'in_main_thread', 'is_signal_name',
-           'shielded_signals', 'signal_name', 'signal_number']
+__all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'fork_hooks', 'frozen_heap', 'in_main_thread',
+           'install_fork_hook', 'is_signal_name', 'remove_fork_hook', 'shielded_signals', 'signal_name',
+           'signal_number']
 
 Handler = Callable[[int, object], None]
 
 
+# ----------------------------------------------------------------------------------------------- at-fork hooks
+_HOOKS: Dict[str, Callable[[], None]] = {}
+_REGISTERED = False
+
+
+def _after_fork_in_child() -> None:
+    for hook in list(_HOOKS.values()):
+        hook()
+
+
+def install_fork_hook(name: str, after_in_child: Callable[[], None]) -> None:
+    """Run ``after_in_child`` in every child forked from now on, until :func:`remove_fork_hook`; no-op without fork."""
+    global _REGISTERED
+    if not hasattr(os, 'register_at_fork'):
+        return
+    if not _REGISTERED:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _REGISTERED = True
+    _HOOKS[name] = after_in_child
+
+
+def remove_fork_hook(name: str) -> None:
+    """Stop running the hook ``name`` in children forked from now on (no error if there is none)."""
+    _HOOKS.pop(name, None)
+
+
+def fork_hooks() -> List[str]:
+    """The names of the installed hooks, in the order they run."""
+    return list(_HOOKS)
+
+
+# ------------------------------------------------------------------------------------------------- the heap
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Freeze the heap for the block (forked children share its pages); unfrozen after, unless frozen before."""
+    frozen_before = gc.get_freeze_count() > 0
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+
+
+# ---------------------------------------------------------------------------------------------------- signals
 def is_signal_name(name: str) -> bool:
     """Whether ``name`` names a signal of this system (``'SIGTERM'``, ``'SIGUSR1'``...)."""
     return isinstance(getattr(signal, str(name), None), signal.Signals)
@@ -71,7 +118,7 @@ class SignalHandlers:
 
 #: How many held shields cover each signal.
 _SHIELDED: collections.Counter = collections.Counter()
-_FORK_HOOK = 'vit_plugin.runtime.signals:shield_forked_workers'
+_FORK_HOOK = 'vit_plugin.runtime.process:shield_forked_workers'
 
 
 def shielded_signals() -> List[int]:
