@@ -2,9 +2,9 @@
 labels the tests wrote; a label outside [0, num_classes) named with its sample."""
 import pytest
 
-from helpers.tar_index_fixtures import PER_SHARD, open_index, read_image, samples, wds  # noqa: F401 (fixtures)
-from helpers.tar_shards import NUM_CLASSES, make_samples, write_wds
-from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
+from helpers.tar_index_fixtures import open_index, read_image, samples, wds  # noqa: F401 (fixtures)
+from helpers.tar_shards import NUM_CLASSES, write_wds
+from vit_plugin.datasets.tar_index import TarIndexError
 
 
 def test_timm_layout_gives_every_sample_its_bytes_and_label(wds, samples):

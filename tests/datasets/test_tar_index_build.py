@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from helpers.tar_index_fixtures import PER_SHARD, open_index, samples, wds  # noqa: F401 (fixtures)
-from helpers.tar_shards import NUM_CLASSES, make_samples, write_wds
+from helpers.tar_shards import NUM_CLASSES, write_wds
 from vit_plugin.datasets import tar_index_build, tar_scan
 from vit_plugin.datasets.tar_index import LabelRule, TarIndexError, TarShardIndex, resolve_shards
 

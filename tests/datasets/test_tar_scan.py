@@ -13,8 +13,8 @@ import tempfile
 
 import pytest
 
-from helpers.tar_index_fixtures import PER_SHARD, open_index, read_image, samples, wds  # noqa: F401 (fixtures)
-from helpers.tar_shards import add_member, make_samples, toy_synsets, write_tar_of_tars, write_wds
+from helpers.tar_index_fixtures import open_index, read_image, samples, wds  # noqa: F401 (fixtures)
+from helpers.tar_shards import add_member, toy_synsets, write_tar_of_tars, write_wds
 from vit_plugin import label_spaces
 from vit_plugin.datasets.tar_index import TarShardIndex
 from vit_plugin.datasets.tar_scan import LabelRule, TarIndexError
