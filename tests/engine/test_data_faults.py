@@ -2,8 +2,9 @@
 fault, the checkpoint and the resume command, and ``--resume`` after the fix trains on exactly the
 batches of the uninterrupted run.
 
-``tools/train.py`` (1 process, in the test process) and ``tools/dist_train.sh`` (2 Gloo processes with a
-data-loader worker each, the fault on rank 1 only: its worker meets it) train a 1-block ViT on 32 JPEGs in
+``tools/train.py`` (1 process, in the test process) and 2 Gloo processes with a data-loader worker each
+(the fault on rank 1 only: its worker meets it; the stopped run through ``tools/dist_train.sh``, the
+uninterrupted run and the resume as forked ranks of the test process, helpers/warm_runs.py) train a 1-block ViT on 32 JPEGs in
 4 tar shards with ``vit_plugin.IterBasedTrainLoop`` and ``vit_plugin.BlockShuffleSampler`` (8 images per
 iteration, so all 4 iterations lie in one epoch). One image of the batch of iteration 4 is overwritten in
 its shard with bytes that are no image (same size), then restored before the resume."""
@@ -20,7 +21,8 @@ from helpers.sample_recorder import read_batches
 from helpers.common import REPO, free_port, run_env
 from helpers.in_process import Outcome, train_in_process
 from helpers.tar_shards import make_samples, write_wds
-from helpers.training_runs import dist_cmd, run
+from helpers.training_runs import dist_cmd
+from helpers.warm_runs import train_ranks
 from vit_plugin.engine.checkpointing import checkpoint_problem
 from vit_plugin.engine.data_faults import EXIT_DATA_FAULT, TrainingDataFault
 
@@ -31,7 +33,7 @@ SAMPLES = 8 * MAX_ITERS  # one epoch
 
 def write_config(path, data_root, num_workers, batch_size, recorder='sample_recorder'):
     """The run's config; ``recorder``: the module of ``BatchRecorderHook`` (``sample_recorder`` in a
-    training subprocess, ``helpers.sample_recorder`` in the test process)."""
+    training subprocess, ``helpers.sample_recorder`` in the test process and its forks)."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
 custom_imports = dict(imports=['vit_plugin', {recorder!r}], allow_failed_imports=False)
@@ -73,13 +75,14 @@ def first_draw(batches, path):
 def fault_run(tmp_path_factory, procs, num_workers):
     """An uninterrupted run, the run stopped by the fault on the last rank and the run resumed after the
     fix: their exit status, output, work dir and each rank's batches. One process trains in the test
-    process (a config file per run, so that each run's logger is its own), two through
-    ``tools/dist_train.sh``."""
+    process (a config file per run, so that each run's logger is its own); two stop through
+    ``tools/dist_train.sh`` and run uninterrupted and resume as forks of the test process."""
     root = tmp_path_factory.mktemp(f'data_fault_{procs}')
     data = root / 'shards'
     write_wds(str(data), make_samples(SAMPLES), [SAMPLES // 4] * 4)
     configs = {name: write_config(root / f'{name}.py', str(data), num_workers, batch_size=8 // procs,
-                                  recorder='helpers.sample_recorder' if procs == 1 else 'sample_recorder')
+                                  recorder='sample_recorder' if (procs, name) == (2, 'stop') else
+                                  'helpers.sample_recorder')
                for name in ('full', 'stop', 'resume')}
 
     def train(name, work, *extra, expect=0):
@@ -90,10 +93,11 @@ def fault_run(tmp_path_factory, procs, num_workers):
                 assert isinstance(outcome.stop, TrainingDataFault), outcome.output[-4000:]
             return outcome
         cfg = configs[name]
-        env = dict(run_env(), PORT=str(free_port()))
         if not expect:
-            proc = run(dist_cmd(cfg, work, *extra, procs=procs), env=env)
-            return Outcome(proc.returncode, None, proc.stdout + proc.stderr)
+            outcome = train_ranks(cfg, work, *extra, procs=procs)
+            assert outcome.code == 0, outcome.output[-4000:]
+            return outcome
+        env = dict(run_env(), PORT=str(free_port()))
         proc = subprocess.run(dist_cmd(cfg, work, *extra, procs=procs), env=env, capture_output=True, text=True,
                               timeout=300, cwd=REPO)  # torchrun reports each process's status, exits 1
         # torchrun exits 1 and names the first process's status as the root cause. Once one process has

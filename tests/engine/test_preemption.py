@@ -1,10 +1,11 @@
 """Pre-emption-safe training: SIGTERM / SIGUSR1 stop a run with a checkpoint, and ``--resume`` finds the
 newest intact checkpoint of the work dir it is given.
 
-The end-to-end tests run ``tools/train.py`` / ``tools/dist_train.sh`` as subprocesses on a 2-block ViT
-and 192 digits with an iteration-based loop (as the paper's configs use), and compare losses with
-an uninterrupted run of the same config. The in-process tests run a real mmengine Runner on a linear
-model."""
+The end-to-end tests train a 2-block ViT on 192 digits with an iteration-based loop (as the paper's
+configs use) and compare losses with an uninterrupted run of the same config. The runs that get a signal
+are ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses; the uninterrupted runs and the resumes to
+the end start from the test process's imports (helpers/warm_runs.py: in the test process, or forked
+ranks). The in-process tests run a real mmengine Runner on a linear model."""
 import gc
 import os
 import os.path as osp
@@ -18,8 +19,8 @@ import pytest
 import torch
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from helpers.training_runs import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, progress, run, signal_when,
-                                    train_cmd)
+from helpers.training_runs import INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, progress, signal_when, train_cmd
+from helpers.warm_runs import train_here, train_ranks, warm_config
 from vit_plugin.engine.checkpointing import AtomicCheckpointHook, checkpoint_problem, find_resumable_checkpoint
 from vit_plugin.engine.preemption import EXIT_PREEMPTED
 
@@ -30,7 +31,8 @@ def reference(tmp_path_factory, digits_root):
     root = tmp_path_factory.mktemp('preemption')
     cfg = iter_config(root / 'cfg.py', digits_root)
     work = root / 'full'
-    run(train_cmd(cfg, work))
+    outcome = train_here(warm_config(cfg, 'full'), work)
+    assert outcome.code == 0, outcome.output[-4000:]
     losses = read_losses(work)
     assert sorted(losses) == list(range(MAX_ITERS))
     return dict(cfg=cfg, work=work, losses=losses, root=root)
@@ -116,8 +118,9 @@ def sigusr1_stop(sigterm_stop):
 @pytest.fixture(scope='module')
 def last_resume(sigterm_stop, sigusr1_stop):
     """The third run, resumed from the second stop, to the end."""
-    resumed = run(train_cmd(sigterm_stop['cfg'], sigterm_stop['work'], '--resume'))
-    return dict(losses=read_losses(sigterm_stop['work']), output=resumed.stdout + resumed.stderr)
+    resumed = train_here(warm_config(sigterm_stop['cfg'], 'last'), sigterm_stop['work'], '--resume')
+    assert resumed.code == 0, resumed.output[-4000:]
+    return dict(losses=read_losses(sigterm_stop['work']), output=resumed.output)
 
 
 @pytest.mark.slow
@@ -163,8 +166,9 @@ def test_copied_work_dir_resumes_from_its_newest_intact_own_checkpoint(reference
     (copy / 'last_checkpoint').write_text(str(original / f'iter_{MAX_ITERS}.pth'))
     os.remove(copy / 'losses_rank0.json')
 
-    proc = run(train_cmd(reference['cfg'], copy, '--resume'))
-    output = proc.stdout + proc.stderr
+    resumed = train_here(warm_config(reference['cfg'], 'copy'), copy, '--resume')
+    output = resumed.output
+    assert resumed.code == 0, output[-4000:]
     assert f'skips checkpoint {newest}: it is truncated' in output
     assert f'Load checkpoint from {copy / f"iter_{2 * INTERVAL}.pth"}' in output
     after = read_losses(copy)
@@ -185,7 +189,8 @@ def ddp_reference(tmp_path_factory, digits_root):
     root = tmp_path_factory.mktemp('ddp_preemption')
     full = root / 'full'
     cfg = iter_config(root / 'cfg.py', digits_root, batch_size=16)
-    run(dist_cmd(cfg, full), env=dict(run_env(), PORT=str(free_port())))
+    outcome = train_ranks(warm_config(cfg, 'full'), full)
+    assert outcome.code == 0, outcome.output[-4000:]
     return dict(root=root, cfg=cfg, losses=[read_losses(full, rank) for rank in (0, 1)])
 
 
@@ -207,7 +212,8 @@ def ddp_stop(ddp_reference, digits_root):
 @pytest.fixture(scope='module')
 def ddp_resumed(ddp_reference, ddp_stop):
     """``--resume`` of the stopped 2-process run, in its work dir."""
-    run(dist_cmd(ddp_reference['cfg'], ddp_stop['work'], '--resume'), env=dict(run_env(), PORT=str(free_port())))
+    outcome = train_ranks(warm_config(ddp_reference['cfg'], 'resume'), ddp_stop['work'], '--resume')
+    assert outcome.code == 0, outcome.output[-4000:]
     return ddp_stop['work']
 
 

@@ -1,5 +1,6 @@
-"""``tools/slurm_train.sh``: the srun invocation (mmpretrain's interface) and a two-task run on the CPU
-through a stand-in ``srun`` (tests/helpers/srun_stub.py) that sets SLURM's variables."""
+"""``tools/slurm_train.sh``: the srun invocation (mmpretrain's interface), recorded by a stand-in ``srun``
+(tests/helpers/srun_stub.py), and a two-task run on the CPU of the command it hands srun, each task with
+SLURM's variables (forks of the test process, helpers/warm_runs.py)."""
 import json
 import os
 import os.path as osp
@@ -8,7 +9,9 @@ import sys
 import pytest
 
 from helpers.common import HELPERS, REPO, free_port, read_losses, run_env
+from helpers.srun_stub import ntasks, task_env
 from helpers.training_runs import iter_config, run
+from helpers.warm_runs import run_forks, warm_config
 from vit_plugin.engine.slurm import first_host, slurm_env
 
 
@@ -37,7 +40,7 @@ def test_slurm_train_sh_trains_two_tasks(tmp_path, digits_root):
     log = tmp_path / 'srun.json'
     env = dict(run_env(), PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', SRUN_STUB_LOG=str(log),
                MASTER_PORT=str(free_port()), GPUS='2', CPUS_PER_TASK='1')
-    cfg = iter_config(tmp_path / 'cfg.py', digits_root, batch_size=16)
+    cfg = warm_config(iter_config(tmp_path / 'cfg.py', digits_root, batch_size=16), 'warm')
     work = tmp_path / 'work'
     run(['bash', osp.join(REPO, 'tools', 'slurm_train.sh'), 'debug', 'vit-test', cfg, str(work),
          '--cfg-options', 'train_cfg.max_iters=6'], env=env)
@@ -47,7 +50,12 @@ def test_slurm_train_sh_trains_two_tasks(tmp_path, digits_root):
                                '--ntasks-per-node': '2', '--cpus-per-task': '1', '--kill-on-bad-exit': '1',
                                '--signal': 'USR1@120'}
     assert srun['command'][1:5] == ['-u', osp.join(REPO, 'tools', 'train.py'), cfg, f'--work-dir={work}']
-    assert '--launcher=slurm' in srun['command']
+    assert srun['command'][0] == sys.executable and '--launcher=slurm' in srun['command']
+    # the job step: the command once per task, with the variables SLURM gives each
+    tasks = run_forks(srun['command'][2], srun['command'][3:],
+                      [dict(srun['env'], **task_env(srun['options'], rank)) for rank in range(ntasks(srun['options']))],
+                      [tmp_path / f'task{rank}.out' for rank in (0, 1)])
+    assert tasks.code == 0, tasks.output[-4000:]
     losses = [read_losses(work, rank) for rank in (0, 1)]
     assert sorted(losses[0]) == sorted(losses[1]) == list(range(6))
     assert losses[0] != losses[1]  # two processes, each on its own half of the batch

@@ -1,16 +1,13 @@
 """A stand-in for SLURM's ``srun`` on one machine, for testing ``tools/slurm_train.sh`` without SLURM.
 
-It reads the options ``slurm_train.sh`` passes, writes them as JSON to ``$SRUN_STUB_LOG``, and runs the
-command once per task (``--ntasks``) with the variables SLURM gives a task (``SLURM_PROCID``,
-``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NODELIST``, ``SLURM_JOB_ID``...), all on this host. With
-``--kill-on-bad-exit=1`` a failing task ends the others, as srun does; the exit status is the highest
-of the tasks'. The test installs it as an executable named ``srun`` on ``PATH``.
+It reads the options ``slurm_train.sh`` passes and writes them, the command and the environment as JSON
+to ``$SRUN_STUB_LOG``. The test installs it as an executable named ``srun`` on ``PATH``, then starts the
+command once per task (``--ntasks``), on this host, with the variables :func:`task_env` gives each task
+as SLURM does (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NODELIST``, ``SLURM_JOB_ID``...).
 """
 import json
 import os
-import subprocess
 import sys
-import time
 
 # srun options that take their value as the next argument (the rest are --key=value or flags)
 WITH_VALUE = {'-p', '--partition', '-J', '--job-name', '-n', '--ntasks', '-c', '--cpus-per-task'}
@@ -32,29 +29,26 @@ def parse(argv):
     return options, argv[i:]
 
 
+def ntasks(options):
+    """The number of tasks the srun ``options`` ask for."""
+    return int(options.get('--ntasks', options.get('-n', 1)))
+
+
+def task_env(options, rank):
+    """The variables SLURM gives task ``rank`` of a job step started with the srun ``options``."""
+    tasks = ntasks(options)
+    per_node = int(options.get('--ntasks-per-node', tasks))
+    return dict(SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node), SLURM_NTASKS=str(tasks),
+                SLURM_NTASKS_PER_NODE=str(per_node), SLURM_NODEID=str(rank // per_node), SLURM_NNODES='1',
+                SLURM_NODELIST='localhost', SLURM_JOB_ID='4242', SLURM_STEP_ID='0',
+                SLURM_JOB_NAME=str(options.get('--job-name', options.get('-J', 'job'))),
+                SLURM_CPUS_PER_TASK=str(options.get('--cpus-per-task', 1)))
+
+
 def main():
     options, command = parse(sys.argv[1:])
-    if os.environ.get('SRUN_STUB_LOG'):
-        with open(os.environ['SRUN_STUB_LOG'], 'w') as f:
-            json.dump(dict(options=options, command=command), f)
-    ntasks = int(options.get('--ntasks', options.get('-n', 1)))
-    per_node = int(options.get('--ntasks-per-node', ntasks))
-    procs = []
-    for rank in range(ntasks):
-        env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node), SLURM_NTASKS=str(ntasks),
-                   SLURM_NTASKS_PER_NODE=str(per_node), SLURM_NODEID=str(rank // per_node), SLURM_NNODES='1',
-                   SLURM_NODELIST='localhost', SLURM_JOB_ID='4242', SLURM_STEP_ID='0',
-                   SLURM_JOB_NAME=str(options.get('--job-name', options.get('-J', 'job'))),
-                   SLURM_CPUS_PER_TASK=str(options.get('--cpus-per-task', 1)))
-        procs.append(subprocess.Popen(command, env=env))
-    kill_on_bad_exit = str(options.get('--kill-on-bad-exit', '0')) == '1'
-    while any(p.poll() is None for p in procs):
-        if kill_on_bad_exit and any(p.poll() not in (None, 0) for p in procs):
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        time.sleep(0.1)
-    sys.exit(max(p.returncode for p in procs))
+    with open(os.environ['SRUN_STUB_LOG'], 'w') as f:
+        json.dump(dict(options=options, command=command, env=dict(os.environ)), f)
 
 
 if __name__ == '__main__':

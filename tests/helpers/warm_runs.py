@@ -1,0 +1,136 @@
+"""Training runs that start from the test process's imports instead of a fresh interpreter (3-8 s of
+imports per process): ``tools/train.py`` in the test process, and several ranks of ``tools/train.py
+--launcher pytorch`` as forks of it (Gloo on the CPU, the variables torchrun sets). For runs whose launch
+is not what a test checks (an uninterrupted reference, a resume to the end); what a launcher does on a
+signal or a failure is tested through ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses.
+
+Both run with one intra-op thread, as the training subprocesses do (``OMP_NUM_THREADS=1``), so that
+their losses are comparable to the last bit with those of subprocess runs of the same config. The hooks
+a config names through ``custom_imports`` are imported as ``helpers.<module>`` here: use
+:func:`warm_config` for a config written for subprocesses."""
+import contextlib
+import os
+import os.path as osp
+import runpy
+import signal
+import sys
+import time
+import traceback
+from typing import List
+
+import torch
+
+from helpers.common import REPO, free_port, run_env
+from helpers.in_process import Outcome, train_in_process
+
+TRAIN = osp.join(REPO, 'tools', 'train.py')
+
+
+def warm_config(cfg, name, imports=('loss_recorder', 'pacing')) -> str:
+    """A config next to ``cfg`` (a config for training subprocesses), named ``name``.py, that imports
+    ``imports`` (hook modules of tests/helpers) as ``helpers.<module>``; a config of its own name per run
+    (the run's logger is named after it)."""
+    path = osp.join(osp.dirname(str(cfg)), f'{name}.py')
+    modules = ['vit_plugin'] + [f'helpers.{m}' for m in imports]
+    with open(path, 'w') as f:
+        f.write(f'_base_ = [{str(cfg)!r}]\n'
+                f'custom_imports = dict(imports={modules!r}, allow_failed_imports=False)\n')
+    return path
+
+
+@contextlib.contextmanager
+def one_thread():
+    """One intra-op thread for the duration, as ``OMP_NUM_THREADS=1`` gives a subprocess."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_here(cfg, work_dir, *extra) -> Outcome:
+    """``tools/train.py cfg --work-dir work_dir *extra`` in this process, on one thread."""
+    with one_thread():
+        return train_in_process(cfg, work_dir, *extra)
+
+
+def _task(script: str, argv: List[str], env: dict, log: str) -> None:
+    """A forked task: its output to ``log``, the environment ``env``, ``script`` as __main__; exits."""
+    code = 1
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stdout = open(1, 'w', buffering=1, closefd=False)
+        sys.stderr = open(2, 'w', buffering=1, closefd=False)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(signum, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        torch.set_num_threads(1)
+        sys.argv = [script, *argv]
+        try:
+            runpy.run_path(script, run_name='__main__')
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: B902 - whatever ends the task is reported in its log
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def run_forks(script, argv, envs, logs, timeout=300) -> Outcome:
+    """``script argv`` as one fork of this process per environment of ``envs`` (the whole environment of
+    that task), each writing to its file of ``logs``. Waits for all (a failing task ends the others
+    after 5 s, as torchrun and ``srun --kill-on-bad-exit`` do); returns the highest exit status and every
+    task's output, in the order of ``envs``."""
+    pids = []
+    for env, log in zip(envs, logs):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _task(str(script), [str(a) for a in argv], env, str(log))
+        pids.append(pid)
+    codes, killed = {}, False
+    deadline = time.time() + timeout
+    while len(codes) < len(pids):
+        for pid in pids:
+            if pid not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[pid] = os.waitstatus_to_exitcode(status)
+        if not killed and len(codes) < len(pids) and (any(codes.values()) or time.time() > deadline):
+            if time.time() < deadline:
+                time.sleep(5)  # the others' own exit first
+            for pid in pids:
+                if pid not in codes:
+                    os.kill(pid, signal.SIGKILL)  # not reaped yet: still this process's child
+            killed = True
+        time.sleep(0.05)
+    output = ''
+    for log in logs:
+        with open(log) as f:
+            output += f.read()
+    return Outcome(max(codes.values()), None, output)
+
+
+def train_ranks(cfg, work_dir, *extra, procs=2, timeout=300) -> Outcome:
+    """``tools/train.py cfg --work-dir work_dir --launcher pytorch *extra`` as ``procs`` forks of this
+    process with the variables torchrun sets (their output in ``work_dir/rank<r>.out``)."""
+    os.makedirs(str(work_dir), exist_ok=True)
+    port = str(free_port())
+    envs = []
+    for rank in range(procs):
+        env = dict(run_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(procs),
+                   LOCAL_WORLD_SIZE=str(procs), GROUP_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=port)
+        envs.append(env)
+    logs = [osp.join(str(work_dir), f'rank{rank}.out') for rank in range(procs)]
+    return run_forks(TRAIN, [cfg, '--work-dir', work_dir, '--launcher', 'pytorch', *extra], envs, logs, timeout)
