@@ -350,18 +350,30 @@ def test_a_run_that_fails_gives_the_signals_back(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+VALIDATED_TRAIN_CFG = dict(type='IterBasedTrainLoop', max_iters=12, val_interval=6)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted_validations(tmp_path_factory):
+    """(iteration, metric) of every validation pass of an uninterrupted toy run, validating every 6
+    iterations (checkpoints do not change what it trains)."""
+    import vit_plugin  # noqa: F401
+    full = _Validations()
+    _toy_runner(tmp_path_factory.mktemp('validations'), VALIDATED_TRAIN_CFG, dict(by_epoch=False, interval=100),
+                signal_at=0, validations=full).train()
+    return full.passes
+
+
 @pytest.mark.parametrize('checkpoint_interval', [6, 100], ids=['checkpoint-hook-saves', 'preemption-hook-saves'])
-def test_validation_due_at_the_stop_is_skipped_and_resume_runs_it(tmp_path, checkpoint_interval):
+def test_validation_due_at_the_stop_is_skipped_and_resume_runs_it(tmp_path, uninterrupted_validations,
+                                                                 checkpoint_interval):
     # Validation every 6 iterations; the signal arrives in iteration 6. The stopping run must not
     # validate (the scheduler's grace period is for the checkpoint); the resumed run validates the
     # iteration-6 weights first, then trains on. Both must see what an uninterrupted run sees.
-    import vit_plugin  # noqa: F401
     from vit_plugin.engine.preemption import PENDING_VALIDATION, TrainingPreempted
-    train_cfg = dict(type='IterBasedTrainLoop', max_iters=12, val_interval=6)
+    train_cfg = VALIDATED_TRAIN_CFG
     checkpoint = dict(by_epoch=False, interval=checkpoint_interval)
-    full = _Validations()
-    _toy_runner(tmp_path / 'full', train_cfg, checkpoint, signal_at=0, validations=full).train()
-    assert [it for it, _ in full.passes] == [6, 12]
+    assert [it for it, _ in uninterrupted_validations] == [6, 12]
 
     stopped = _Validations()
     with pytest.raises(TrainingPreempted):
@@ -373,7 +385,7 @@ def test_validation_due_at_the_stop_is_skipped_and_resume_runs_it(tmp_path, chec
     resumed = _Validations()
     _toy_runner(tmp_path / 'run', train_cfg, checkpoint, signal_at=0, validations=resumed,
                 resume=str(tmp_path / 'run' / 'iter_6.pth')).train()
-    assert resumed.passes == full.passes
+    assert resumed.passes == uninterrupted_validations
 
 
 @pytest.mark.parametrize('by_epoch', [False, True])
