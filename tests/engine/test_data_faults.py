@@ -4,10 +4,11 @@ batches of the uninterrupted run.
 
 ``tools/train.py`` (1 process, in the test process) and 2 Gloo processes with a data-loader worker each
 (the fault on rank 1 only: its worker meets it; the stopped run through ``tools/dist_train.sh``, the
-uninterrupted run and the resume as forked ranks of the test process, helpers/warm_runs.py) train a 1-block ViT on 32 JPEGs in
-4 tar shards with ``vit_plugin.IterBasedTrainLoop`` and ``vit_plugin.BlockShuffleSampler`` (8 images per
-iteration, so all 4 iterations lie in one epoch). One image of the batch of iteration 4 is overwritten in
-its shard with bytes that are no image (same size), then restored before the resume."""
+uninterrupted run and the resume as forked ranks of the test process, helpers/warm_runs.py) train a
+1-block ViT on 32 JPEGs in 4 tar shards with ``vit_plugin.IterBasedTrainLoop`` and
+``vit_plugin.BlockShuffleSampler`` (8 images per iteration, so all 4 iterations lie in one epoch). One
+image of the batch of iteration 4 is overwritten in its shard with bytes that are no image (same size),
+then restored before the resume."""
 import os.path as osp
 import re
 import subprocess

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from helpers.training_runs import INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, progress, signal_when, train_cmd
+from helpers.training_runs import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, progress, signal_when,
+                                    train_cmd)
 from helpers.warm_runs import train_here, train_ranks, warm_config
 from vit_plugin.engine.checkpointing import AtomicCheckpointHook, checkpoint_problem, find_resumable_checkpoint
 from vit_plugin.engine.preemption import EXIT_PREEMPTED

@@ -1,6 +1,7 @@
 """``tools/slurm_train.sh``: the srun invocation (mmpretrain's interface), recorded by a stand-in ``srun``
-(tests/helpers/srun_stub.py), and a two-task run on the CPU of the command it hands srun, each task with
-SLURM's variables (forks of the test process, helpers/warm_runs.py)."""
+(tests/helpers/srun_stub.py), and a two-task run on the CPU of the command it hands srun (tools/train.py's
+code, vit_plugin.cli.train), each task with SLURM's variables (forks of the test process,
+helpers/warm_runs.py)."""
 import json
 import os
 import os.path as osp
@@ -12,6 +13,7 @@ from helpers.common import HELPERS, REPO, free_port, read_losses, run_env
 from helpers.srun_stub import ntasks, task_env
 from helpers.training_runs import iter_config, run
 from helpers.warm_runs import run_forks, warm_config
+from vit_plugin.cli.train import main as train_main
 from vit_plugin.engine.slurm import first_host, slurm_env
 
 
@@ -51,10 +53,9 @@ def test_slurm_train_sh_trains_two_tasks(tmp_path, digits_root):
                                '--signal': 'USR1@120'}
     assert srun['command'][1:5] == ['-u', osp.join(REPO, 'tools', 'train.py'), cfg, f'--work-dir={work}']
     assert srun['command'][0] == sys.executable and '--launcher=slurm' in srun['command']
-    # the job step: the command once per task, with the variables SLURM gives each
-    tasks = run_forks(srun['command'][2], srun['command'][3:],
-                      [dict(srun['env'], **task_env(srun['options'], rank)) for rank in range(ntasks(srun['options']))],
-                      [tmp_path / f'task{rank}.out' for rank in (0, 1)])
+    # the job step: tools/train.py's code on the command's arguments once per task, with SLURM's variables
+    envs = [dict(srun['env'], **task_env(srun['options'], rank)) for rank in range(ntasks(srun['options']))]
+    tasks = run_forks(train_main, srun['command'][3:], envs, [tmp_path / f'task{rank}.out' for rank in (0, 1)])
     assert tasks.code == 0, tasks.output[-4000:]
     losses = [read_losses(work, rank) for rank in (0, 1)]
     assert sorted(losses[0]) == sorted(losses[1]) == list(range(6))

@@ -1,8 +1,9 @@
 """Training runs that start from the test process's imports instead of a fresh interpreter (3-8 s of
-imports per process): ``tools/train.py`` in the test process, and several ranks of ``tools/train.py
---launcher pytorch`` as forks of it (Gloo on the CPU, the variables torchrun sets). For runs whose launch
-is not what a test checks (an uninterrupted reference, a resume to the end); what a launcher does on a
-signal or a failure is tested through ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses.
+imports per process): ``tools/train.py``'s code (:mod:`vit_plugin.cli.train`) in the test process, and
+several ranks of it (``--launcher pytorch``) as forks of the test process (Gloo on the CPU, the variables
+torchrun sets), each the whole work of its process as in the script (``run_as_script``). For runs whose
+launch is not what a test checks (an uninterrupted reference, a resume to the end); what a launcher does
+on a signal or a failure is tested through ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses.
 
 Both run with one intra-op thread, as the training subprocesses do (``OMP_NUM_THREADS=1``), so that
 their losses are comparable to the last bit with those of subprocess runs of the same config. The hooks
@@ -11,19 +12,18 @@ a config names through ``custom_imports`` are imported as ``helpers.<module>`` h
 import contextlib
 import os
 import os.path as osp
-import runpy
 import signal
 import sys
 import time
 import traceback
-from typing import List
+from typing import Callable, List
 
 import torch
 
-from helpers.common import REPO, free_port, run_env
+from helpers.common import free_port, run_env
 from helpers.in_process import Outcome, train_in_process
-
-TRAIN = osp.join(REPO, 'tools', 'train.py')
+from vit_plugin.cli.launch import run_as_script
+from vit_plugin.cli.train import main as train_main
 
 
 def warm_config(cfg, name, imports=('loss_recorder', 'pacing')) -> str:
@@ -55,8 +55,9 @@ def train_here(cfg, work_dir, *extra) -> Outcome:
         return train_in_process(cfg, work_dir, *extra)
 
 
-def _task(script: str, argv: List[str], env: dict, log: str) -> None:
-    """A forked task: its output to ``log``, the environment ``env``, ``script`` as __main__; exits."""
+def _task(main: Callable, argv: List[str], env: dict, log: str) -> None:
+    """A forked task: its output to ``log``, the environment ``env``, the tool's ``main`` on ``argv`` as
+    the whole work of the process; exits."""
     code = 1
     try:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -70,9 +71,9 @@ def _task(script: str, argv: List[str], env: dict, log: str) -> None:
         os.environ.clear()
         os.environ.update(env)
         torch.set_num_threads(1)
-        sys.argv = [script, *argv]
+        sys.argv = [main.__module__, *argv]
         try:
-            runpy.run_path(script, run_name='__main__')
+            run_as_script(main)
             code = 0
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -86,18 +87,19 @@ def _task(script: str, argv: List[str], env: dict, log: str) -> None:
             os._exit(code)
 
 
-def run_forks(script, argv, envs, logs, timeout=300) -> Outcome:
-    """``script argv`` as one fork of this process per environment of ``envs`` (the whole environment of
-    that task), each writing to its file of ``logs``. Waits for all (a failing task ends the others
-    after 5 s, as torchrun and ``srun --kill-on-bad-exit`` do); returns the highest exit status and every
-    task's output, in the order of ``envs``."""
+def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
+    """A tool's ``main`` (``vit_plugin.cli.<tool>.main``) on the command line ``argv`` as one fork of this
+    process per environment of ``envs`` (the whole environment of that task), each writing to its file of
+    ``logs``. Waits for all (a failing task ends the others after 5 s, as torchrun and ``srun
+    --kill-on-bad-exit`` do); returns the highest exit status and every task's output, in the order of
+    ``envs``."""
     pids = []
     for env, log in zip(envs, logs):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _task(str(script), [str(a) for a in argv], env, str(log))
+            _task(main, [str(a) for a in argv], env, str(log))
         pids.append(pid)
     codes, killed = {}, False
     deadline = time.time() + timeout
@@ -133,4 +135,4 @@ def train_ranks(cfg, work_dir, *extra, procs=2, timeout=300) -> Outcome:
                    LOCAL_WORLD_SIZE=str(procs), GROUP_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=port)
         envs.append(env)
     logs = [osp.join(str(work_dir), f'rank{rank}.out') for rank in range(procs)]
-    return run_forks(TRAIN, [cfg, '--work-dir', work_dir, '--launcher', 'pytorch', *extra], envs, logs, timeout)
+    return run_forks(train_main, [cfg, '--work-dir', work_dir, '--launcher', 'pytorch', *extra], envs, logs, timeout)
