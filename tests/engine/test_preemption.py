@@ -180,10 +180,11 @@ def test_copied_work_dir_resumes_from_its_newest_intact_own_checkpoint(reference
     assert checkpoint_problem(str(newest)) is None  # rewritten whole by the resumed run
 
 
-# 2 Gloo processes through tools/dist_train.sh; SIGUSR1 reaches only rank 1 (as a scheduler that signals
-# one task would). Both ranks must stop after the same iteration, rank 0 must write that iteration's
-# checkpoint, and --resume must repeat every rank's losses of the uninterrupted run. The three runs are
-# fixtures, each run once; each test checks one claim.
+# 2 Gloo processes through tools/dist_train.sh (the uninterrupted run and the resume: forked ranks);
+# SIGUSR1 reaches only rank 1 (as a scheduler that signals one task would). Both ranks must stop after
+# the same iteration, rank 0 must write that iteration's checkpoint, and --resume must repeat every
+# rank's losses of the uninterrupted run. The three runs are fixtures, each run once; each test checks
+# one claim.
 @pytest.fixture(scope='module')
 def ddp_reference(tmp_path_factory, digits_root):
     """The uninterrupted 2-process run: its config and each rank's losses."""

@@ -8,11 +8,13 @@ on a signal or a failure is tested through ``tools/train.py`` / ``tools/dist_tra
 Both run with one intra-op thread, as the training subprocesses do (``OMP_NUM_THREADS=1``), so that
 their losses are comparable to the last bit with those of subprocess runs of the same config. The hooks
 a config names through ``custom_imports`` are imported as ``helpers.<module>`` here: use
-:func:`warm_config` for a config written for subprocesses."""
+:func:`warm_config` for a config written for subprocesses. Where torch sees a GPU, every run is a
+``tools/<tool>.py`` subprocess instead (:data:`FRESH_PROCESSES`)."""
 import contextlib
 import os
 import os.path as osp
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -20,10 +22,26 @@ from typing import Callable, List
 
 import torch
 
-from helpers.common import free_port, run_env
+from helpers.common import REPO, free_port, run_env
 from helpers.in_process import Outcome, train_in_process
 from vit_plugin.cli.launch import run_as_script
 from vit_plugin.cli.train import main as train_main
+
+
+#: Runs start fresh interpreters (``tools/<tool>.py`` subprocesses): a fork cannot use the GPU of a test
+#: process that has, and the test process would train on a GPU that ``run_env`` hides from the training
+#: subprocesses where there are fewer GPUs than ranks; runs compared with each other share a device.
+FRESH_PROCESSES = torch.cuda.is_available()
+
+
+def _script(main: Callable) -> str:
+    """``tools/<tool>.py`` of ``vit_plugin.cli.<tool>.main``."""
+    return osp.join(REPO, 'tools', main.__module__.rsplit('.', 1)[-1] + '.py')
+
+
+def _fresh_env(env: dict) -> dict:
+    """``env`` for a fresh interpreter that imports ``helpers.<module>`` (tests/ on its path)."""
+    return dict(env, PYTHONPATH=os.pathsep.join([osp.join(REPO, 'tests'), env.get('PYTHONPATH', '')]))
 
 
 def warm_config(cfg, name, imports=('loss_recorder', 'pacing')) -> str:
@@ -51,6 +69,10 @@ def one_thread():
 
 def train_here(cfg, work_dir, *extra) -> Outcome:
     """``tools/train.py cfg --work-dir work_dir *extra`` in this process, on one thread."""
+    if FRESH_PROCESSES:
+        proc = subprocess.run([sys.executable, _script(train_main), str(cfg), '--work-dir', str(work_dir), *extra],
+                              env=_fresh_env(run_env()), capture_output=True, text=True, timeout=300, cwd=REPO)
+        return Outcome(proc.returncode, None, proc.stdout + proc.stderr)
     with one_thread():
         return train_in_process(cfg, work_dir, *extra)
 
@@ -92,14 +114,21 @@ def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
     process per environment of ``envs`` (the whole environment of that task), each writing to its file of
     ``logs``. Waits for all (a failing task ends the others after 5 s, as torchrun and ``srun
     --kill-on-bad-exit`` do); returns the highest exit status and every task's output, in the order of
-    ``envs``."""
-    pids = []
+    ``envs``. With :data:`FRESH_PROCESSES`, each task is a ``tools/<tool>.py`` subprocess instead."""
+    pids, argv = [], [str(a) for a in argv]
     for env, log in zip(envs, logs):
+        if FRESH_PROCESSES:
+            with open(log, 'w') as out:
+                proc = subprocess.Popen([sys.executable, _script(main), *argv], env=_fresh_env(env), cwd=REPO,
+                                        stdout=out, stderr=subprocess.STDOUT)
+            proc.returncode = 0  # reaped below, not by Popen
+            pids.append(proc.pid)
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _task(main, [str(a) for a in argv], env, str(log))
+            _task(main, argv, env, str(log))
         pids.append(pid)
     codes, killed = {}, False
     deadline = time.time() + timeout
