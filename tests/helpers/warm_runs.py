@@ -1,16 +1,21 @@
-"""Training runs that start from the test process's imports instead of a fresh interpreter (3-8 s of
+"""Training runs that start from imports already made instead of a fresh interpreter each (3-8 s of
 imports per process): ``tools/train.py``'s code (:mod:`vit_plugin.cli.train`) in the test process, and
-several ranks of it (``--launcher pytorch``) as forks of the test process (Gloo on the CPU, the variables
-torchrun sets), each the whole work of its process as in the script (``run_as_script``). For runs whose
+several ranks of a tool (``--launcher pytorch``, or the variables another launcher sets) as forked
+processes, each the whole work of its process as in the script (``run_as_script``). For runs whose
 launch is not what a test checks (an uninterrupted reference, a resume to the end); what a launcher does
 on a signal or a failure is tested through ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses.
 
-Both run with one intra-op thread, as the training subprocesses do (``OMP_NUM_THREADS=1``), so that
-their losses are comparable to the last bit with those of subprocess runs of the same config. The hooks
-a config names through ``custom_imports`` are imported as ``helpers.<module>`` here: use
-:func:`warm_config` for a config written for subprocesses. Where torch sees a GPU, every run is a
-``tools/<tool>.py`` subprocess instead (:data:`FRESH_PROCESSES`)."""
+The ranks fork from the test process where its autograd engine has no device threads (no GPU, no XLA:
+the current stack on a CPU host); elsewhere from a server process that imports the stack once and
+never trains (:func:`serve`, one per test process), since a fork cannot run backward passes once those
+threads exist. Every run has one intra-op thread, as the training subprocesses have
+(``OMP_NUM_THREADS=1``), so that its losses are comparable to the last bit with those of subprocess
+runs of the same config. The hooks a config names through ``custom_imports`` are imported as
+``helpers.<module>`` here: :func:`warm_config` makes such a config of a config for subprocesses."""
+import atexit
 import contextlib
+import importlib
+import json
 import os
 import os.path as osp
 import signal
@@ -27,21 +32,7 @@ from helpers.in_process import Outcome, train_in_process
 from vit_plugin.cli.launch import run_as_script
 from vit_plugin.cli.train import main as train_main
 
-
-#: Runs start fresh interpreters (``tools/<tool>.py`` subprocesses): a fork cannot use the GPU of a test
-#: process that has, and the test process would train on a GPU that ``run_env`` hides from the training
-#: subprocesses where there are fewer GPUs than ranks; runs compared with each other share a device.
-FRESH_PROCESSES = torch.cuda.is_available()
-
-
-def _script(main: Callable) -> str:
-    """``tools/<tool>.py`` of ``vit_plugin.cli.<tool>.main``."""
-    return osp.join(REPO, 'tools', main.__module__.rsplit('.', 1)[-1] + '.py')
-
-
-def _fresh_env(env: dict) -> dict:
-    """``env`` for a fresh interpreter that imports ``helpers.<module>`` (tests/ on its path)."""
-    return dict(env, PYTHONPATH=os.pathsep.join([osp.join(REPO, 'tests'), env.get('PYTHONPATH', '')]))
+_SERVER = None
 
 
 def warm_config(cfg, name, imports=('loss_recorder', 'pacing')) -> str:
@@ -68,10 +59,13 @@ def one_thread():
 
 
 def train_here(cfg, work_dir, *extra) -> Outcome:
-    """``tools/train.py cfg --work-dir work_dir *extra`` in this process, on one thread."""
-    if FRESH_PROCESSES:
-        proc = subprocess.run([sys.executable, _script(train_main), str(cfg), '--work-dir', str(work_dir), *extra],
-                              env=_fresh_env(run_env()), capture_output=True, text=True, timeout=300, cwd=REPO)
+    """``tools/train.py cfg --work-dir work_dir *extra`` in this process, on one thread; a subprocess
+    where torch sees a GPU (the test process would train on it, the training subprocesses on what
+    ``run_env`` leaves them: runs compared with each other share a device)."""
+    if torch.cuda.is_available():
+        proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), str(cfg), '--work-dir',
+                               str(work_dir), *extra], env=_server_env(), capture_output=True, text=True,
+                              timeout=300, cwd=REPO)
         return Outcome(proc.returncode, None, proc.stdout + proc.stderr)
     with one_thread():
         return train_in_process(cfg, work_dir, *extra)
@@ -109,26 +103,16 @@ def _task(main: Callable, argv: List[str], env: dict, log: str) -> None:
             os._exit(code)
 
 
-def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
-    """A tool's ``main`` (``vit_plugin.cli.<tool>.main``) on the command line ``argv`` as one fork of this
-    process per environment of ``envs`` (the whole environment of that task), each writing to its file of
-    ``logs``. Waits for all (a failing task ends the others after 5 s, as torchrun and ``srun
-    --kill-on-bad-exit`` do); returns the highest exit status and every task's output, in the order of
-    ``envs``. With :data:`FRESH_PROCESSES`, each task is a ``tools/<tool>.py`` subprocess instead."""
-    pids, argv = [], [str(a) for a in argv]
+def _fork_tasks(main: Callable, argv: List[str], envs: List[dict], logs: List[str], timeout: float) -> int:
+    """Fork one task per environment, wait for all (a failing task ends the others after 5 s); the highest
+    exit status."""
+    pids = []
     for env, log in zip(envs, logs):
-        if FRESH_PROCESSES:
-            with open(log, 'w') as out:
-                proc = subprocess.Popen([sys.executable, _script(main), *argv], env=_fresh_env(env), cwd=REPO,
-                                        stdout=out, stderr=subprocess.STDOUT)
-            proc.returncode = 0  # reaped below, not by Popen
-            pids.append(proc.pid)
-            continue
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _task(main, argv, env, str(log))
+            _task(main, argv, env, log)
         pids.append(pid)
     codes, killed = {}, False
     deadline = time.time() + timeout
@@ -146,22 +130,71 @@ def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
                     os.kill(pid, signal.SIGKILL)  # not reaped yet: still this process's child
             killed = True
         time.sleep(0.05)
+    return max(codes.values())
+
+
+def _fork_here() -> bool:
+    """Whether this process's autograd engine can still run in a fork: it has no device threads, which a
+    GPU or an XLA device type (torch_xla imported) start with the first backward pass."""
+    return not torch.cuda.is_available() and 'torch_xla' not in sys.modules
+
+
+def _server_env() -> dict:
+    """The training subprocesses' environment, ``helpers.<module>`` importable (tests/ on the path)."""
+    env = run_env()
+    return dict(env, PYTHONPATH=os.pathsep.join([osp.join(REPO, 'tests'), env['PYTHONPATH']]))
+
+
+def serve() -> None:
+    """The fork server: per line of stdin a JSON request ``[module, argv, envs, logs, timeout]``, answered
+    with a line of the highest exit status of ``module.main`` forked once per environment."""
+    answers = os.fdopen(os.dup(1), 'w', buffering=1)
+    os.dup2(2, 1)  # what the server itself prints stays out of the answers
+    for line in sys.stdin:
+        module, argv, envs, logs, timeout = json.loads(line)
+        answers.write(f'{_fork_tasks(importlib.import_module(module).main, argv, envs, logs, timeout)}\n')
+
+
+def _server() -> subprocess.Popen:
+    """This process's fork server, started on first use; it ends with this process (its stdin closes)."""
+    global _SERVER
+    if _SERVER is None or _SERVER.poll() is not None:
+        _SERVER = subprocess.Popen([sys.executable, '-c', 'from helpers.warm_runs import serve; serve()'],
+                                   env=_server_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True)
+        atexit.register(_SERVER.stdin.close)
+    return _SERVER
+
+
+def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
+    """A tool's ``main`` (``vit_plugin.cli.<tool>.main``) on the command line ``argv`` as one forked process
+    per environment of ``envs`` (the whole environment of that task), each writing to its file of ``logs``.
+    Waits for all (a failing task ends the others after 5 s, as torchrun and ``srun --kill-on-bad-exit``
+    do); returns the highest exit status and every task's output, in the order of ``envs``."""
+    argv, logs = [str(a) for a in argv], [str(log) for log in logs]
+    if _fork_here():
+        code = _fork_tasks(main, argv, envs, logs, timeout)
+    else:
+        server = _server()
+        server.stdin.write(json.dumps([main.__module__, argv, envs, logs, timeout]) + '\n')
+        server.stdin.flush()
+        answer = server.stdout.readline()
+        assert answer, 'the fork server ended'
+        code = int(answer)
     output = ''
     for log in logs:
         with open(log) as f:
             output += f.read()
-    return Outcome(max(codes.values()), None, output)
+    return Outcome(code, None, output)
 
 
 def train_ranks(cfg, work_dir, *extra, procs=2, timeout=300) -> Outcome:
-    """``tools/train.py cfg --work-dir work_dir --launcher pytorch *extra`` as ``procs`` forks of this
-    process with the variables torchrun sets (their output in ``work_dir/rank<r>.out``)."""
+    """``tools/train.py cfg --work-dir work_dir --launcher pytorch *extra`` as ``procs`` forked ranks with
+    the variables torchrun sets (their output in ``work_dir/rank<r>.out``)."""
     os.makedirs(str(work_dir), exist_ok=True)
     port = str(free_port())
-    envs = []
-    for rank in range(procs):
-        env = dict(run_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(procs),
-                   LOCAL_WORLD_SIZE=str(procs), GROUP_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=port)
-        envs.append(env)
+    envs = [dict(run_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(procs),
+                 LOCAL_WORLD_SIZE=str(procs), GROUP_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=port)
+            for rank in range(procs)]
     logs = [osp.join(str(work_dir), f'rank{rank}.out') for rank in range(procs)]
     return run_forks(train_main, [cfg, '--work-dir', work_dir, '--launcher', 'pytorch', *extra], envs, logs, timeout)
