@@ -162,8 +162,18 @@ def _server() -> subprocess.Popen:
         _SERVER = subprocess.Popen([sys.executable, '-c', 'from helpers.warm_runs import serve; serve()'],
                                    env=_server_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    text=True)
-        atexit.register(_SERVER.stdin.close)
+        atexit.register(_stop_server, _SERVER)
     return _SERVER
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    """End the fork server: its stdin closes, it leaves its loop and is reaped here."""
+    server.stdin.close()
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
