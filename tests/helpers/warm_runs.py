@@ -145,11 +145,11 @@ def _server_env() -> dict:
     return dict(env, PYTHONPATH=os.pathsep.join([osp.join(REPO, 'tests'), env['PYTHONPATH']]))
 
 
-def serve() -> None:
+def serve(answers_fd: int) -> None:
     """The fork server: per line of stdin a JSON request ``[module, argv, envs, logs, timeout]``, answered
-    with a line of the highest exit status of ``module.main`` forked once per environment."""
-    answers = os.fdopen(os.dup(1), 'w', buffering=1)
-    os.dup2(2, 1)  # what the server itself prints stays out of the answers
+    on ``answers_fd`` with a line of the highest exit status of ``module.main`` forked once per
+    environment."""
+    answers = os.fdopen(answers_fd, 'w', buffering=1)
     for line in sys.stdin:
         module, argv, envs, logs, timeout = json.loads(line)
         answers.write(f'{_fork_tasks(importlib.import_module(module).main, argv, envs, logs, timeout)}\n')
@@ -159,7 +159,9 @@ def _server() -> subprocess.Popen:
     """This process's fork server, started on first use; it ends with this process (its stdin closes)."""
     global _SERVER
     if _SERVER is None or _SERVER.poll() is not None:
-        _SERVER = subprocess.Popen([sys.executable, '-c', 'from helpers.warm_runs import serve; serve()'],
+        # the answers on the stdout the server is given, whatever else it prints (imports too) on stderr
+        start = 'import os; fd = os.dup(1); os.dup2(2, 1); from helpers.warm_runs import serve; serve(fd)'
+        _SERVER = subprocess.Popen([sys.executable, '-c', start],
                                    env=_server_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    text=True)
         atexit.register(_stop_server, _SERVER)
