@@ -1,12 +1,13 @@
 """FSDP2 (``tools/train.py --fsdp``): sharded training on CPU with 2 Gloo processes through
-``tools/dist_train.sh``, sharded (DCP) checkpoints, pre-emption, resumption at 2 and 1 processes and
-across them (2 -> 1, 1 -> 2), and consolidation into an ordinary checkpoint.
+``tools/dist_train.sh``, sharded (DCP) checkpoints, pre-emption, resumption across process counts
+(2 -> 1: ``--resume`` in the pre-empted work dir; 1 -> 2) and consolidation into an ordinary checkpoint.
 
 The reference is a plain single-process run (no FSDP) of the same 2-block ViT on the same global
 batch (1 x 32 vs 2 x 16 images, deterministic data, no dropout): the mean of the two processes'
 losses must equal its loss at every iteration. Every run averages its weights with mmengine's
 ``EMAHook`` (``ShardedEMAHook`` under ``--fsdp``), so each checkpoint also carries the average through
-pre-emption and resharding, and it must equal the plain run's.
+pre-emption and resharding, and it must equal the plain run's. The single-process runs (the reference
+and the 2 -> 1 resumption) train in the test process; the 2-process jobs are subprocesses.
 
 Also: the ``--fsdp`` flag's config, the wrap policy (one unit per transformer block), and a save under an
 existing name that keeps a complete checkpoint at every step.
@@ -24,8 +25,8 @@ import torch.nn as nn
 from torch.distributed.checkpoint import FileSystemReader
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from helpers.training_runs import (INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, signal_when,
-                                   train_cmd)
+from helpers.in_process import train_in_process
+from helpers.training_runs import INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, signal_when
 from vit_plugin.cli.consolidate_checkpoint import main as consolidate
 from vit_plugin.engine import fsdp2
 from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem, find_resumable_checkpoint
@@ -33,20 +34,39 @@ from vit_plugin.engine.checkpointing import COMPLETE_MARKER, checkpoint_problem,
 ATOL = 1e-5
 
 
-def config(path, data_root, delay=0.0, **kwargs):
-    """The iteration-based digits run of helpers/training_runs.py without dropout, with an EMA of the weights."""
+def config(path, data_root, delay=0.0, in_process=False, **kwargs):
+    """The iteration-based digits run of helpers/training_runs.py without dropout, with an EMA of the weights;
+    ``in_process``: for a run in the test process (its hooks imported from ``helpers``, no pacing)."""
     base = iter_config(path.with_name(f'{path.stem}_base.py'), data_root, drop_rate=0.0, delay=delay, **kwargs)
+    hooks = "[dict(type='LossRecorderHook'), dict(type='EMAHook', momentum=0.2, priority='ABOVE_NORMAL')]"
+    imports = "['vit_plugin', 'helpers.loss_recorder']"
+    if not in_process:
+        hooks = hooks.replace("),", f"), dict(type='PacingHook', delay={delay}),", 1)
+        imports = "['vit_plugin', 'loss_recorder', 'pacing']"
     path.write_text(f"""
 _base_ = [{base!r}]
-custom_hooks = [dict(type='LossRecorderHook'), dict(type='PacingHook', delay={delay}),
-                dict(type='EMAHook', momentum=0.2, priority='ABOVE_NORMAL')]
+custom_imports = dict(imports={imports}, allow_failed_imports=False)
+custom_hooks = {hooks}
 """)
     return str(path)
 
 
-def mean_losses(work, iters):
-    ranks = [read_losses(work, rank) for rank in (0, 1)]
+def mean_losses(ranks, iters):
+    """The mean of the ranks' losses (``[{iteration: loss}]``, one per rank) at ``iters``."""
     return [(ranks[0][i] + ranks[1][i]) / 2 for i in iters]
+
+
+def train_here(cfg, work_dir, *extra):
+    """``tools/train.py`` in the test process on one thread, as the training subprocesses run
+    (``OMP_NUM_THREADS=1``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        outcome = train_in_process(cfg, work_dir, *extra)
+    finally:
+        torch.set_num_threads(threads)
+    assert outcome.code == 0, outcome.output[-4000:]
+    return read_losses(work_dir)
 
 
 def shard_fractions(checkpoint_dir):
@@ -75,71 +95,62 @@ def build_model(config_file):
         return MODELS.build(Config.fromfile(config_file, import_custom_modules=False).model)
 
 
-# One set of runs, shared by the tests below, each job started once: a plain single-process reference,
-# a 2-process sharded run pre-empted between two checkpoints and resumed, the 2-process checkpoint
-# resumed by one process (2 -> 1) and that one's resumed by two (1 -> 2), and every final checkpoint
-# consolidated. Each test checks one claim, so one failing claim does not hide the others.
+# One set of runs, shared by the tests below, each started once: a plain single-process reference, a
+# 2-process sharded job pre-empted between two checkpoints, one process resuming it in its work dir
+# (--resume, no path: 2 -> 1), two processes resuming that one's checkpoint (1 -> 2), and every final
+# checkpoint consolidated. Each test checks one claim, so one failing claim does not hide the others.
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory, digits_root):
     """The folder of the runs and their configs (the plain, 2-process, paced 2-process and 1-process FSDP2
     runs)."""
     root = tmp_path_factory.mktemp('fsdp2')
-    return dict(root=root, one=config(root / 'one.py', digits_root, batch_size=32),
+    return dict(root=root, one=config(root / 'one.py', digits_root, in_process=True, batch_size=32),
                 two=config(root / 'two.py', digits_root, batch_size=16),
                 paced=config(root / 'paced.py', digits_root, batch_size=16, delay=0.3),
-                one_fsdp=config(root / 'one_fsdp.py', digits_root, batch_size=32))
+                one_fsdp=config(root / 'one_fsdp.py', digits_root, in_process=True, batch_size=32))
 
 
 @pytest.fixture(scope='module')
 def plain(runs):
     """The plain single-process run (no FSDP): its work dir and per-iteration losses."""
     work = runs['root'] / 'plain'
-    run(train_cmd(runs['one'], work))
-    return work, read_losses(work)
+    return work, train_here(runs['one'], work)
 
 
 @pytest.fixture(scope='module')
 def preempted(runs):
     """2 processes, sharded; SIGUSR1 to rank 1 between two checkpoints (pre-emption under FSDP2): the work
-    dir, the job's exit status and output, and the first iteration it did not run."""
+    dir, the job's exit status and output, the first iteration it did not run, and each rank's losses."""
     work = runs['root'] / 'fsdp'
     proc = subprocess.Popen(dist_cmd(runs['paced'], work, '--fsdp'), env=dict(run_env(), PORT=str(free_port())),
                             cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     status, output = signal_when(proc, work, after_iters=INTERVAL + 2, target='worker', signum=signal.SIGUSR1,
                                  rank=1)
-    return work, status, output, max(read_losses(work, 0)) + 1
-
-
-@pytest.fixture(scope='module')
-def resumed(runs, preempted):
-    """``--resume`` (no path) of the pre-empted run, in its work dir."""
-    work, _, _, _ = preempted
-    run(dist_cmd(runs['two'], work, '--fsdp', '--resume'), env=dict(run_env(), PORT=str(free_port())))
-    return work
+    ranks = [read_losses(work, rank) for rank in (0, 1)]  # read now: the resumed run writes rank 0's again
+    return work, status, output, max(ranks[0]) + 1, ranks
 
 
 @pytest.fixture(scope='module')
 def single(runs, preempted):
-    """2 -> 1 process: one process resumes the 2-process checkpoint of iteration 8 (DCP reshards)."""
-    work, _, _, _ = preempted
-    single = runs['root'] / 'single'
-    run(train_cmd(runs['one_fsdp'], single, '--fsdp', '--resume', str(work / f'iter_{INTERVAL}.pth')))
-    return single
+    """2 -> 1 process: ``--resume`` (no path) of the pre-empted job by one process, in its work dir (DCP
+    reshards): the work dir and the losses of the resumed iterations."""
+    work = preempted[0]
+    return work, train_here(runs['one_fsdp'], work, '--fsdp', '--resume')
 
 
 @pytest.fixture(scope='module')
 def again(runs, single):
     """1 -> 2 processes: the single process's checkpoint of iteration 16 is sharded again."""
     again = runs['root'] / 'again'
-    run(dist_cmd(runs['two'], again, '--fsdp', '--resume', str(single / f'iter_{2 * INTERVAL}.pth')),
+    run(dist_cmd(runs['two'], again, '--fsdp', '--resume', str(single[0] / f'iter_{2 * INTERVAL}.pth')),
         env=dict(run_env(), PORT=str(free_port())))
     return again
 
 
 @pytest.fixture(scope='module')
-def consolidated(resumed, single, again):
+def consolidated(single, again):
     """Each run's final checkpoint consolidated: [(run dir, the file consolidate returned)]."""
-    return [(run_dir, consolidate([str(run_dir / f'iter_{MAX_ITERS}.pth')])) for run_dir in (resumed, single, again)]
+    return [(run_dir, consolidate([str(run_dir / f'iter_{MAX_ITERS}.pth')])) for run_dir in (single[0], again)]
 
 
 @pytest.mark.slow
@@ -150,7 +161,7 @@ def test_fsdp2_plain_reference_run_records_every_iteration(plain):
 
 @pytest.mark.slow
 def test_fsdp2_signal_to_one_process_stops_the_job_between_two_checkpoints(preempted):
-    _, status, output, stopped = preempted
+    _, status, output, stopped, _ = preempted
     assert status != 0 and 'exitcode  : 75' in output, output[-4000:]
     assert INTERVAL + 2 <= stopped < MAX_ITERS
 
@@ -158,14 +169,14 @@ def test_fsdp2_signal_to_one_process_stops_the_job_between_two_checkpoints(preem
 @pytest.mark.slow
 def test_fsdp2_two_processes_match_one_process_until_the_stop(plain, preempted):
     _, reference = plain
-    work, _, _, stopped = preempted
-    np.testing.assert_allclose(mean_losses(work, range(stopped)), losses_list(reference, range(stopped)),
+    _, _, _, stopped, ranks = preempted
+    np.testing.assert_allclose(mean_losses(ranks, range(stopped)), losses_list(reference, range(stopped)),
                                rtol=0, atol=ATOL)
 
 
 @pytest.mark.slow
 def test_fsdp2_checkpoint_at_the_stop_is_complete_and_sharded_in_halves(runs, preempted):
-    work, _, _, stopped = preempted
+    work, _, _, stopped, _ = preempted
     sharded = work / f'iter_{stopped}.pth'
     assert osp.isdir(sharded) and osp.isfile(sharded / COMPLETE_MARKER) and checkpoint_problem(str(sharded)) is None
     fractions = shard_fractions(str(sharded))
@@ -178,19 +189,12 @@ def test_fsdp2_checkpoint_at_the_stop_is_complete_and_sharded_in_halves(runs, pr
 
 
 @pytest.mark.slow
-def test_fsdp2_resume_continues_with_the_uninterrupted_losses(plain, preempted, resumed):
+def test_fsdp2_one_process_resumes_the_preempted_job_with_the_uninterrupted_losses(plain, preempted, single):
+    # --resume without a path takes the checkpoint written at the stop, whose shards two processes wrote.
     _, reference = plain
-    _, _, _, stopped = preempted
-    after = sorted(read_losses(resumed, 0))
-    assert after == list(range(stopped, MAX_ITERS))
-    np.testing.assert_allclose(mean_losses(resumed, after), losses_list(reference, after), rtol=0, atol=ATOL)
-
-
-@pytest.mark.slow
-def test_fsdp2_one_process_resumes_a_two_process_checkpoint(plain, single):
-    _, reference = plain
-    resumed = read_losses(single)
-    assert sorted(resumed) == list(range(INTERVAL, MAX_ITERS))
+    _, _, _, stopped, _ = preempted
+    _, resumed = single
+    assert sorted(resumed) == list(range(stopped, MAX_ITERS))
     np.testing.assert_allclose(losses_list(resumed, sorted(resumed)), losses_list(reference, sorted(resumed)),
                                rtol=0, atol=ATOL)
 
@@ -198,8 +202,9 @@ def test_fsdp2_one_process_resumes_a_two_process_checkpoint(plain, single):
 @pytest.mark.slow
 def test_fsdp2_two_processes_reshard_a_one_process_checkpoint(plain, again):
     _, reference = plain
-    assert sorted(read_losses(again, 0)) == list(range(2 * INTERVAL, MAX_ITERS))
-    np.testing.assert_allclose(mean_losses(again, range(2 * INTERVAL, MAX_ITERS)),
+    ranks = [read_losses(again, rank) for rank in (0, 1)]
+    assert sorted(ranks[0]) == sorted(ranks[1]) == list(range(2 * INTERVAL, MAX_ITERS))
+    np.testing.assert_allclose(mean_losses(ranks, range(2 * INTERVAL, MAX_ITERS)),
                                losses_list(reference, range(2 * INTERVAL, MAX_ITERS)), rtol=0, atol=ATOL)
 
 
@@ -207,7 +212,7 @@ def test_fsdp2_two_processes_reshard_a_one_process_checkpoint(plain, again):
 def test_fsdp2_consolidated_checkpoints_hold_the_plain_runs_weights_and_average(plain, consolidated):
     # Each run's final checkpoint, consolidated, is an ordinary file in mmengine's EMA layout (state_dict
     # the average, ema_state_dict the trained weights) holding the plain run's values: the average came
-    # through the pre-emption (work), 2 -> 1 (single) and 1 -> 2 (again).
+    # through the pre-emption and 2 -> 1 (single, in the pre-empted job's work dir) and 1 -> 2 (again).
     work, _ = plain
     reference_ckpt = torch.load(work / f'iter_{MAX_ITERS}.pth', map_location='cpu', weights_only=False)
     name = 'backbone.blocks.0.attn.qkv.weight'
