@@ -4,7 +4,8 @@ The run splits the batch and every parameter that divides evenly over a 4-device
 must give the losses of a single-device eager CPU run, hold a quarter of each sharded weight (and of
 its AdamW moments) per device, compile nothing after warm-up, and write ordinary full-size
 checkpoints that resume in eager mode. With layer scan (``--xla-layer-scan``) the blocks run as one
-compiled loop, alone or under SPMD, with the same losses.
+compiled loop, alone or under SPMD, with the same losses. The eager CPU runs train in the test process;
+the XLA runs are subprocesses of the real tool.
 """
 import json
 import os
@@ -17,6 +18,7 @@ from helpers.stack import import_torch_xla_or_skip_module
 
 torch_xla = import_torch_xla_or_skip_module()  # the classic stack pins it: a missing one fails here
 from helpers.common import HELPERS, REPO, free_port, read_losses
+from helpers.in_process import train_in_process
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
 from vit_plugin.models.backbones.vit import ViT
@@ -40,12 +42,15 @@ def test_partition_rule_splits_the_largest_even_dimension():
     assert param_partition_spec((768, ), 1) is None                      # one device: nothing to split
 
 
-def _config(path, data_root):
+def _config(path, data_root, in_process=False):
     """configs/vit_demo_digits.py shrunk: a 2-block ViT of width 32, batch 16, 2 epochs of 4 iterations,
-    no random augmentation or dropout (XLA's generator differs from the CPU's)."""
+    no random augmentation or dropout (XLA's generator differs from the CPU's). ``in_process``: for an
+    eager run in the test process (the hooks imported from ``helpers``)."""
+    helpers = 'helpers.' if in_process else ''
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
-custom_imports = dict(imports=['vit_plugin', 'loss_recorder', 'spmd_probe'], allow_failed_imports=False)
+custom_imports = dict(imports=['vit_plugin', '{helpers}loss_recorder', '{helpers}spmd_probe'],
+                      allow_failed_imports=False)
 model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64), drop_rate=0.),
              head=dict(in_channels=32))
 train_dataloader = dict(batch_size=16, num_workers=0, persistent_workers=False,
@@ -66,7 +71,7 @@ def _train(cfg, work_dir, *extra, spmd=False):
         env['CPU_NUM_DEVICES'] = str(DEVICES)
         extra = (*extra, '--launcher', 'xla', '--xla-spmd')
     else:
-        env.pop('PJRT_DEVICE')  # eager CPU; the probe hook finds no mesh there and stays idle
+        env.pop('PJRT_DEVICE')  # no SPMD: the probe hook finds no mesh and stays idle
     cmd = [sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work_dir), '--no-validate',
            *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -74,20 +79,27 @@ def _train(cfg, work_dir, *extra, spmd=False):
     return read_losses(work_dir), proc.stdout + proc.stderr
 
 
+def _train_eager(cfg, work_dir, *extra):
+    """An eager CPU run of ``tools/train.py`` in the test process (the probe hook finds no mesh and stays
+    idle): its losses."""
+    outcome = train_in_process(cfg, work_dir, '--no-validate', *extra)
+    assert outcome.code == 0, outcome.output[-4000:]
+    return read_losses(work_dir)
+
+
 @pytest.fixture(scope='module')
 def eager_run(tmp_path_factory, digits_root):
-    """The reference both XLA runs below are held to, trained once: (config, losses of a single-device
-    eager CPU run)."""
+    """The reference both XLA runs below are held to, trained once: (config of the XLA runs, losses of a
+    single-device eager CPU run, config of a later eager run: each in-process run has its own name)."""
     root = tmp_path_factory.mktemp('eager')
-    cfg = _config(root / 'cls.py', digits_root)
-    losses, _ = _train(cfg, root / 'eager')
-    return cfg, losses
+    eager = _train_eager(_config(root / 'eager.py', digits_root, in_process=True), root / 'eager')
+    return _config(root / 'cls.py', digits_root), eager, _config(root / 'resume.py', digits_root, in_process=True)
 
 
 @pytest.mark.slow
 @pytest.mark.xla
 def test_spmd_over_four_devices_matches_eager_shards_and_resumes(tmp_path, eager_run):
-    cfg, eager = eager_run
+    cfg, eager, eager_cfg = eager_run
     sharded, log = _train(cfg, tmp_path / 'spmd', spmd=True)
     assert sorted(sharded) == list(range(8))
     diffs = {i: abs(sharded[i] - eager[i]) for i in range(8)}
@@ -122,7 +134,7 @@ def test_spmd_over_four_devices_matches_eager_shards_and_resumes(tmp_path, eager
     # checkpoints hold full tensors on the host, and resume in eager mode with the SPMD run's losses
     ckpt = safe_torch_load(str(tmp_path / 'spmd' / 'epoch_1.pth'))
     assert list(ckpt['state_dict']['backbone.blocks.0.attn.qkv.weight'].shape) == [96, 32]
-    resumed, _ = _train(cfg, tmp_path / 'resumed', '--resume', str(tmp_path / 'spmd' / 'epoch_1.pth'))
+    resumed = _train_eager(eager_cfg, tmp_path / 'resumed', '--resume', str(tmp_path / 'spmd' / 'epoch_1.pth'))
     assert sorted(resumed) == [4, 5, 6, 7]
     assert max(abs(resumed[i] - sharded[i]) for i in resumed) < TOL, (resumed, sharded)
 
@@ -139,11 +151,10 @@ def test_layer_scan_refuses_blocks_it_cannot_run_as_one():
         check_scannable(ViT(**tiny, out_indices=(1, 2)))
     with pytest.raises(ValueError, match='block 2 of backbone is configured differently'):
         check_scannable(ViT(**tiny, window_size=2, window_block_indices=(0, 1)))
-    # the paper's ImageNet-21k recipe (dropout 0.1) is refused before any process starts
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), osp.join(REPO, 'configs', 'vit_b16_in21k.py'),
-                           '--launcher', 'xla', '--xla-layer-scan'], capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, PJRT_DEVICE='CPU'), timeout=300)
-    assert proc.returncode != 0 and 'model.backbone.drop_rate=0' in proc.stderr, proc.stderr[-2000:]
+    # the paper's ImageNet-21k recipe (dropout 0.1) is refused by tools/train.py before any process starts
+    refused = train_in_process(osp.join(REPO, 'configs', 'vit_b16_in21k.py'), '/nonexistent', '--launcher', 'xla',
+                               '--xla-layer-scan')
+    assert refused.stop is not None and 'model.backbone.drop_rate=0' in str(refused.code), refused
 
 
 def test_layer_scan_under_spmd_without_jax_is_refused_before_training(monkeypatch, tmp_path, digits_root):
@@ -162,7 +173,7 @@ def test_layer_scan_under_spmd_without_jax_is_refused_before_training(monkeypatc
 @pytest.mark.slow
 @pytest.mark.xla
 def test_layer_scan_matches_the_unrolled_model_and_recomputes_with_cp(tmp_path, eager_run):
-    cfg, eager = eager_run
+    cfg, eager, _ = eager_run
     scanned, log = _train(cfg, tmp_path / 'scan', '--launcher', 'xla', '--xla-layer-scan')
     assert 'XLA layer scan: backbone run their blocks as one compiled loop' in log
     recomputed, log = _train(cfg, tmp_path / 'scan_cp', '--launcher', 'xla', '--xla-layer-scan', '--cfg-options',
