@@ -1,7 +1,8 @@
 """``tools/train.py --launcher xla`` on tiny ViT configs, against the same runs in eager CPU mode.
 
-Every run is a subprocess of the real tool with ``PJRT_DEVICE=CPU`` (torch_xla's CPU backend, one
-replica), on a 64-image subset of the digits dataset:
+Every XLA run is a subprocess of the real tool with ``PJRT_DEVICE=CPU`` (torch_xla's CPU backend, one
+replica); the eager CPU runs are the same tool in the test process. All train on a 64-image subset of the
+digits dataset:
 
 * a supervised (pre-training style) ViT classifier and a masked-patch-prediction ViT produce the
   eager-CPU losses at every iteration within 1e-4;
@@ -25,6 +26,7 @@ from helpers.stack import import_torch_xla_or_skip_module
 torch_xla = import_torch_xla_or_skip_module()  # the classic stack pins it: a missing one fails here
 
 from helpers.common import HELPERS, REPO, free_port, read_losses
+from helpers.in_process import train_in_process
 from vit_plugin.checkpoint.safe_load import safe_torch_load
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
@@ -32,12 +34,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla]
 TOL = 1e-4
 
 
-def cls_config(path, data_root, drop_rate=0.0):
+def helper_modules(names, in_process):
+    """The ``custom_imports`` of the test's helper modules: by file name in a training subprocess (tests/helpers
+    is on its path), as ``helpers.<name>`` in the test process."""
+    return ['vit_plugin'] + [f'helpers.{name}' if in_process else name for name in names]
+
+
+def cls_config(path, data_root, drop_rate=0.0, in_process=False):
     """configs/vit_demo_digits.py shrunk: a 2-block ViT, 4 iterations per epoch, 2 epochs, no random
-    augmentation and by default no dropout (XLA's random generator differs from the CPU's)."""
+    augmentation and by default no dropout (XLA's random generator differs from the CPU's).
+    ``in_process``: for an eager run in the test process."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
-custom_imports = dict(imports=['vit_plugin', 'loss_recorder'], allow_failed_imports=False)
+custom_imports = dict(imports={helper_modules(['loss_recorder'], in_process)!r}, allow_failed_imports=False)
 model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64),
                            drop_rate={drop_rate}),
              head=dict(in_channels=32))
@@ -54,11 +63,12 @@ custom_hooks = [dict(type='LossRecorderHook')]
     return str(path)
 
 
-def mpp_config(path, data_root):
-    """Masked patch prediction (3-bit mean-colour target) with a 2-block ViT, 6 iterations."""
+def mpp_config(path, data_root, in_process=False):
+    """Masked patch prediction (3-bit mean-colour target) with a 2-block ViT, 6 iterations. ``in_process``: for
+    an eager run in the test process."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', '_base_', 'default_runtime.py')!r}]
-custom_imports = dict(imports=['vit_plugin', 'loss_recorder', 'xla_test_models'],
+custom_imports = dict(imports={helper_modules(['loss_recorder', 'xla_test_models'], in_process)!r},
                       allow_failed_imports=False)
 model = dict(
     type='HostPlanMPP',
@@ -87,7 +97,15 @@ custom_hooks = [dict(type='LossRecorderHook')]
     return str(path)
 
 
+def train_eager(cfg, work_dir, *extra):
+    """``tools/train.py`` in eager CPU mode, in the test process: its losses."""
+    outcome = train_in_process(cfg, work_dir, *extra)
+    assert outcome.code == 0, outcome.output[-4000:]
+    return read_losses(work_dir)
+
+
 def train(cfg, work_dir, *extra, timeout=900):
+    """``tools/train.py`` in a subprocess (the XLA runs): its losses."""
     # The CPU backend's LLVM optimisations only make the tests' tiny graphs compile slower; the
     # numerics do not depend on them.
     # MASTER_PORT: the xla:// rendezvous store (default port 12355) must not meet another run's.
@@ -116,19 +134,23 @@ def assert_close(got, ref, iters):
 # are module-scoped fixtures, each run once; each test checks one claim.
 @pytest.fixture(scope='module')
 def cls_runs(tmp_path_factory, digits_root):
-    """The classifier trained in eager CPU mode and on XLA: its config, the runs' folder and their losses."""
+    """The classifier trained in eager CPU mode and on XLA: its configs (XLA, eager), the runs' folder and
+    their losses."""
     root = tmp_path_factory.mktemp('xla_cls')
     cfg = cls_config(root / 'cls.py', digits_root)
-    cpu = train(cfg, root / 'cpu', '--no-validate')
+    # In the test process each run has a config of its own name (helpers/in_process.py).
+    eager_cfgs = [cls_config(root / f'cls_{name}.py', digits_root, in_process=True) for name in ('cpu', 'resume')]
+    cpu = train_eager(eager_cfgs[0], root / 'cpu', '--no-validate')
     xla = train(cfg, root / 'xla', '--no-validate', '--launcher', 'xla')
-    return dict(cfg=cfg, root=root, cpu=cpu, xla=xla)
+    return dict(cfg=cfg, resume_cfg=eager_cfgs[1], root=root, cpu=cpu, xla=xla)
 
 
 @pytest.fixture(scope='module')
 def resumed_on_cpu(cls_runs):
     """The XLA checkpoint after epoch 1 resumed in eager CPU mode: its losses."""
     root = cls_runs['root']
-    return train(cls_runs['cfg'], root / 'resume_cpu', '--no-validate', '--resume', str(root / 'xla' / 'epoch_1.pth'))
+    return train_eager(cls_runs['resume_cfg'], root / 'resume_cpu', '--no-validate', '--resume',
+                       str(root / 'xla' / 'epoch_1.pth'))
 
 
 @pytest.fixture(scope='module')
@@ -187,7 +209,7 @@ def test_dropout_on_xla_resumes_exactly(tmp_path, digits_root):
 
 def test_masked_patch_prediction_on_xla_matches_cpu(tmp_path, digits_root):
     cfg = mpp_config(tmp_path / 'mpp.py', digits_root)
-    cpu = train(cfg, tmp_path / 'cpu')
+    cpu = train_eager(mpp_config(tmp_path / 'mpp_eager.py', digits_root, in_process=True), tmp_path / 'cpu')
     xla = train(cfg, tmp_path / 'xla', '--launcher', 'xla')
     assert_close(xla, cpu, range(6))
     summary = xla_summary(tmp_path / 'xla')
