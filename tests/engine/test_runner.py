@@ -3,11 +3,14 @@
 One toy classification config (vit_plugin's runtime, digits) and one toy detection config (mmdet's
 runtime and the detection recipe, generated shapes) state a global batch 4 times the per-device batch
 of a single process, so the runner must accumulate 4 micro-batches and count 4 iterations per step.
-Each entry point trains its config once, as a subprocess, all at the same time (module fixture):
+Each entry point trains its config once (module fixture):
 
 * classification: our ``tools/train.py``, mmpretrain's ``tools/train.py`` from the installed package
-  and ``RUNNERS.build(cfg).train()`` in a script;
+  and ``RUNNERS.build(cfg).train()`` as a script calls it;
 * detection: our ``tools/train.py`` and mmdet's ``tools/train.py`` from the installed package.
+
+mmpretrain's and mmdet's tools run as subprocesses (the config alone brings vit_plugin to them); ours
+and the script run in the test process meanwhile, with one thread like the subprocesses.
 
 Each run records (helpers/run_recorder.py) its runner, its hooks, its accumulation and iteration
 count, and the loss and learning rate of every iteration. Also here: what the runner does to a
@@ -21,24 +24,17 @@ import sys
 
 import pytest
 from mmengine.config import Config
+from mmengine.registry import RUNNERS
 
 from helpers.common import REPO, run_env
+from helpers.in_process import train_in_process
 from helpers.run_recorder import read_record
+from helpers.subprocess_like import like_a_subprocess
 
 pytestmark = pytest.mark.slow
 
 K = 4  # micro-batches per optimizer step: global batch 32 = 8 per device x 1 process x 4 (detection: 8 = 2 x 4)
 CLS_STEPS, DET_STEPS = 3, 2  # optimizer steps of each config
-
-# RUNNERS.build(cfg), as a script or a notebook builds a runner from a config.
-SCRIPT = """
-import sys
-from mmengine.config import Config
-from mmengine.registry import RUNNERS
-cfg = Config.fromfile(sys.argv[1])
-cfg.work_dir = sys.argv[2]
-RUNNERS.build(cfg).train()
-"""
 
 
 def packaged_tool(package):
@@ -87,31 +83,43 @@ custom_hooks = [dict(type='RunRecorderHook')]
     return str(path)
 
 
+def run_script(cfg, work):
+    """``RUNNERS.build(cfg).train()``, as a script or a notebook builds a runner from a config."""
+    config = Config.fromfile(cfg)
+    config.work_dir = str(work)
+    RUNNERS.build(config).train()
+
+
 @pytest.fixture(scope='module')
 def records(tmp_path_factory, digits_root):
-    """Every entry point's run of its config, trained at the same time: entry point -> record."""
+    """Every entry point's run of its config: entry point -> record. mmpretrain's and mmdet's tools run as
+    subprocesses, which import vit_plugin only through the config's ``custom_imports``; our tool and the
+    script run in this process meanwhile, one after the other, each with a config file of its own name."""
     from vit_plugin.datasets.shapes_coco import make_shapes_coco
 
     root = tmp_path_factory.mktemp('entry_points')
     shapes = str(root / 'shapes') + '/'
     make_shapes_coco(shapes, dict(train=16))  # before the runs, which would each write it
-    cls, det = cls_config(root / 'cls.py', digits_root), det_config(root / 'det.py', shapes)
-    ours = osp.join(REPO, 'tools', 'train.py')
-    commands = {
-        'ours': [ours, cls], 'mmpretrain': [packaged_tool('mmpretrain'), cls], 'script': ['-c', SCRIPT, cls],
-        'ours_det': [ours, det], 'mmdet': [packaged_tool('mmdet'), det],
-    }
+    configs = {name: cls_config(root / f'{name}.py', digits_root) for name in ('ours', 'mmpretrain', 'script')}
+    configs.update({name: det_config(root / f'{name}.py', shapes) for name in ('ours_det', 'mmdet')})
     procs = {}
-    for name, command in commands.items():
+    for name in ('mmpretrain', 'mmdet'):
         work = str(root / name)
-        args = [*command, work] if name == 'script' else [*command, '--work-dir', work]
-        procs[name] = (work, subprocess.Popen([sys.executable, *args], env=run_env(), cwd=REPO, text=True,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs[name] = subprocess.Popen([sys.executable, packaged_tool(name), configs[name], '--work-dir', work],
+                                       env=run_env(), cwd=REPO, text=True, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
     found = {}
-    for name, (work, proc) in procs.items():
+    with like_a_subprocess('run_recorder'):
+        for name in ('ours', 'ours_det'):
+            outcome = train_in_process(configs[name], root / name)
+            assert outcome.code == 0, f'{name}: {outcome.output[-4000:]}'
+            found[name] = read_record(root / name)
+        run_script(configs['script'], root / 'script')
+        found['script'] = read_record(root / 'script')
+    for name, proc in procs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f'{name}: {out[-2000:]}{err[-4000:]}'
-        found[name] = read_record(work)
+        found[name] = read_record(root / name)
     return found
 
 

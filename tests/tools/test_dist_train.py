@@ -1,14 +1,17 @@
 """``tools/dist_train.sh``: two processes match one on the same global batch, and the ranks draw their
 own dropout masks and resume exactly.
 
-Every run is a subprocess on a tiny ViT and a 192-image subset of the digits dataset, so these tests
-exercise exactly what users run. Each scenario's runs are module-scoped fixtures, each run once; each
-test checks one claim."""
+Every multi-process run is ``tools/dist_train.sh`` on a tiny ViT and a 192-image subset of the digits
+dataset, so these tests exercise exactly what users run; the single-process reference is ``tools/train.py``'s
+``main`` in the test process, with one thread like each rank. Each scenario's runs are module-scoped
+fixtures, each run once; each test checks one claim."""
 import numpy as np
 import pytest
 
 from helpers.common import read_losses
-from helpers.training_runs import dist_train, final_weights, read_dropout, tiny_config, train
+from helpers.in_process import train_in_process
+from helpers.subprocess_like import like_a_subprocess
+from helpers.training_runs import dist_train, final_weights, read_dropout, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +27,9 @@ def one_and_two(tmp_path_factory, digits_root):
                          drop_rate=0.0)
     double = tiny_config(root / 'double.py', digits_root, batch_size=16, max_epochs=2, deterministic_data=True,
                          drop_rate=0.0)
-    train(single, root / 'one')
+    with like_a_subprocess('loss_recorder', 'dropout_recorder'):
+        outcome = train_in_process(single, root / 'one')
+    assert outcome.code == 0, outcome.output[-4000:]
     dist_train(double, root / 'two')
     return root / 'one', root / 'two'
 
