@@ -5,7 +5,6 @@ import os
 import os.path as osp
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from PIL import Image
 from helpers.bad_images import encode, reference
 from helpers.collate import collate_skip_records
 from helpers.common import REPO, free_port, read_losses, run_env
+from helpers.in_process import train_in_process
 from vit_plugin.datasets import decode
 from vit_plugin.datasets.skip import (BadSampleLimitExceeded, SkipBadSamples, records_in_batch,
                                       replacement_candidates)
@@ -120,10 +120,14 @@ def make_list_dataset(root, bad):
     return root
 
 
-def skip_config(path, root, *, max_fraction=0.01, batch_size=20, workers=2, epochs=3, record_losses=True):
+def skip_config(path, root, *, max_fraction=0.01, batch_size=20, workers=2, epochs=3, record_losses=True,
+                recorder='helpers.loss_recorder'):
+    """A 2-block ViT on the list-file dataset of :func:`make_list_dataset` under the skip policy; with
+    ``record_losses`` every rank records its losses through ``recorder`` (the module's name in the process
+    that trains: ``loss_recorder`` in a training subprocess)."""
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
-custom_imports = dict(imports=['vit_plugin'] + (['loss_recorder'] if {record_losses} else []),
+custom_imports = dict(imports=['vit_plugin'] + ([{recorder!r}] if {record_losses} else []),
                       allow_failed_imports=False)
 num_classes = 4
 data_preprocessor = dict(num_classes=num_classes)
@@ -162,12 +166,6 @@ def first_indices_of_each_rank(n=200, seed=0, epoch=0):
     return order[0], order[1]
 
 
-def train(cfg, work, *extra):
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), cfg, '--work-dir', str(work), *extra],
-                          env=run_env(), capture_output=True, text=True, timeout=600, cwd=REPO)
-    return proc
-
-
 def checkpoint_meta(path):
     return torch.load(path, map_location='cpu', weights_only=False)['meta']
 
@@ -176,10 +174,11 @@ def checkpoint_meta(path):
 def test_skip_policy_run_reports_the_exact_count_and_resumes_exactly(tmp_path):
     bad = first_indices_of_each_rank()
     root = make_list_dataset(str(tmp_path / 'data'), bad)
-    cfg = skip_config(tmp_path / 'cfg.py', root)
-    full = train(cfg, tmp_path / 'full')
-    assert full.returncode == 0, full.stderr[-4000:]
-    log = full.stdout + full.stderr
+    # tools/train.py in this process; a config file per run, so that each run's logger is its own
+    cfg, again = (skip_config(tmp_path / f'{run}.py', root) for run in ('full', 'resumed'))
+    full = train_in_process(cfg, tmp_path / 'full')
+    assert full.code == 0, full.output[-4000:]
+    log = full.output
     paths = {i: osp.join(root, 'train', f'c{i % 4}/{i:03d}.jpg') for i in bad}
     for i, reason in zip(bad, ('truncated (JPEG: no end-of-image marker', "not an image (no JPEG")):
         lines = [line for line in log.splitlines() if f'skipped bad sample {i}: {paths[i]}: {reason}' in line]
@@ -192,13 +191,13 @@ def test_skip_policy_run_reports_the_exact_count_and_resumes_exactly(tmp_path):
     reference = read_losses(tmp_path / 'full')
     assert sorted(reference) == list(range(30))
 
-    resumed = train(cfg, tmp_path / 'resumed', '--resume', str(tmp_path / 'full' / 'epoch_1.pth'))
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    resumed = train_in_process(again, tmp_path / 'resumed', '--resume', str(tmp_path / 'full' / 'epoch_1.pth'))
+    assert resumed.code == 0, resumed.output[-4000:]
     after = read_losses(tmp_path / 'resumed')
     assert sorted(after) == list(range(10, 30))
     np.testing.assert_allclose([after[i] for i in range(10, 30)], [reference[i] for i in range(10, 30)],
                                rtol=0, atol=1e-6)
-    log = resumed.stdout + resumed.stderr
+    log = resumed.output
     assert '2 counted so far' in log and 'skipped bad sample' not in log  # the count continues
     assert 'SkipBadSamples after epoch 3: 2 bad samples skipped (6 replacements)' in log
 
@@ -225,7 +224,7 @@ def test_skip_policy_stops_past_the_limit_naming_it(tmp_path):
 def test_skip_policy_sums_the_counts_of_ddp_processes(tmp_path):
     bad = first_indices_of_each_rank()  # one bad sample in each process's share of epoch 1
     root = make_list_dataset(str(tmp_path / 'data'), bad)
-    cfg = skip_config(tmp_path / 'cfg.py', root, batch_size=10, workers=1, epochs=1)
+    cfg = skip_config(tmp_path / 'cfg.py', root, batch_size=10, workers=1, epochs=1, recorder='loss_recorder')
     env = dict(run_env(), PORT=str(free_port()))
     work = tmp_path / 'ddp'
     proc = subprocess.run(['bash', osp.join(REPO, 'tools', 'dist_train.sh'), cfg, '2', '--work-dir', str(work)],

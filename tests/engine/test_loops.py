@@ -2,9 +2,9 @@
 none of the skipped ones, on both stacks.
 
 One uninterrupted run and one run resumed from its middle checkpoint, both through ``tools/train.py``
-on the shipped shard config (``_base_/datasets/imagenet21k_wds.py``) with a 2-block ViT, tar shards
-in timm's layout written by the test, 2 data-loader workers and gradient accumulation over 2
-iterations. The pipeline is deterministic (no crop), so that equal batches give equal losses: host-side
+in the test process on the shipped shard config (``_base_/datasets/imagenet21k_wds.py``) with a 2-block
+ViT, tar shards in timm's layout written by the test, 2 data-loader workers and gradient accumulation
+over 2 iterations. The pipeline is deterministic (no crop), so that equal batches give equal losses: host-side
 augmentations in the workers draw from the workers' own streams, which a resumed run starts afresh.
 """
 import itertools
@@ -20,10 +20,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from helpers.common import REPO
+from helpers.in_process import train_in_process
 from helpers.loss_recorder import LossRecorderHook
 from helpers.sample_recorder import read_batches, read_loads
 from helpers.tar_shards import make_samples, write_wds
-from helpers.training_runs import run, train_cmd
 from vit_plugin.datasets import BlockShuffleSampler
 from vit_plugin.engine.loops import ResumableDataloaderIterator
 
@@ -37,7 +37,7 @@ def write_config(path, shards, loads):
         'models/vit_demo.py', 'datasets/imagenet21k_wds.py', 'schedules/vit_pretrain_in21k.py', 'default_runtime.py')]
     path.write_text(f"""
 _base_ = {bases!r}
-custom_imports = dict(imports=['vit_plugin', 'sample_recorder'], allow_failed_imports=False)
+custom_imports = dict(imports=['vit_plugin', 'helpers.sample_recorder'], allow_failed_imports=False)
 model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64)),
              head=dict(in_channels=32, num_classes=6))
 data_preprocessor = dict(num_classes=6)
@@ -65,9 +65,10 @@ def runs(tmp_path_factory):
     for name, extra in (('full', ()), ('resumed', ('--resume', str(root / 'full' / f'iter_{RESUME_AT}.pth')))):
         (root / f'loads_{name}').mkdir()
         cfg = write_config(root / f'{name}.py', shards, str(root / f'loads_{name}'))
-        proc = run(train_cmd(cfg, root / name, *extra))
+        outcome = train_in_process(cfg, root / name, *extra)
+        assert outcome.code == 0, outcome.output[-4000:]
         result[name] = dict(batches=read_batches(root / name), loads=read_loads(str(root / f'loads_{name}')),
-                            output=proc.stdout + proc.stderr)
+                            output=outcome.output)
     return result
 
 
