@@ -1,6 +1,8 @@
 """MPP beside mmpretrain's MAE and MaskFeat: their encoders convert to our ViT with equal outputs, every
 method pre-trains the same encoder, every arm fine-tunes with the same config, and the one-command
-comparison runs end to end at a toy budget."""
+comparison runs end to end at a toy budget (on 16 training and 5 test images per class)."""
+import copy
+import functools
 import json
 import os.path as osp
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import pytest
 import torch
 from helpers.common import REPO, run_env
+from helpers.mpp_study_data import digits_subset
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmpretrain.models.selfsup import HOGGenerator
@@ -25,11 +28,17 @@ PRETRAIN_CONFIGS = {'mpp': 'mpp_tiny-vit_digits.py', 'mae': 'mae_tiny-vit_digits
                     'maskfeat': 'maskfeat_tiny-vit_digits.py'}
 
 
+@functools.lru_cache(maxsize=None)
+def _config(name):
+    """A config of configs/, read once per test file (callers get a copy)."""
+    return Config.fromfile(osp.join(CONFIGS, name))
+
+
 def _build(config, seed=0):
     """A pre-training model of the project at its initial weights, in eval mode."""
     init_default_scope('mmpretrain')
     torch.manual_seed(seed)
-    model = MODELS.build(Config.fromfile(osp.join(CONFIGS, config)).model)
+    model = MODELS.build(copy.deepcopy(_config(config).model))
     model.init_weights()
     model.eval()
     return model
@@ -38,7 +47,7 @@ def _build(config, seed=0):
 def _tiny_vit(state=None):
     """The study's ViT (configs/_tiny_vit.py), loaded strictly with ``state`` (backbone-relative keys)."""
     init_default_scope('mmpretrain')
-    vit = MODELS.build(Config.fromfile(osp.join(CONFIGS, '_tiny_vit.py')).backbone)
+    vit = MODELS.build(copy.deepcopy(_config('_tiny_vit.py').backbone))
     if state is not None:
         vit.load_state_dict(state, strict=True)
     vit.eval()
@@ -103,7 +112,7 @@ def test_training_checkpoints_convert_to_files_that_init_cfg_loads(tmp_path):
         report, _ = convert_checkpoint_file(str(src), str(dst), show_progress=False)  # format detected
         assert report.notes and any(k.startswith('neck.') for k in report.dropped)
         init_default_scope('mmpretrain')
-        cfg = Config.fromfile(osp.join(CONFIGS, '_tiny_vit.py')).backbone
+        cfg = copy.deepcopy(_config('_tiny_vit.py').backbone)
         cfg.init_cfg = dict(type='Pretrained', checkpoint=str(dst), prefix='backbone.')
         vit = MODELS.build(cfg)
         vit.init_weights()
@@ -159,7 +168,7 @@ def test_every_method_pretrains_the_same_encoder():
     assert mae.backbone.mask_ratio == 0.75 and mae.head.norm_pix
     assert len(mae.neck.decoder_blocks) == 2 and mae.neck.decoder_embed.out_features == 64
     init_default_scope('mmpretrain')
-    classifier = MODELS.build(Config.fromfile(osp.join(CONFIGS, 'tiny-vit_digits_ft-mpp.py')).model)
+    classifier = MODELS.build(copy.deepcopy(_config('tiny-vit_digits_ft-mpp.py').model))
     assert sum(p.numel() for p in classifier.backbone.parameters()) == encoder
 
 
@@ -182,8 +191,9 @@ def test_every_arm_finetunes_with_one_config_but_its_init(tmp_path):
 @pytest.mark.slow
 def test_comparison_runs_every_arm_at_toy_budget(tmp_path, digits_root):
     work = tmp_path / 'comparison'
+    data = digits_subset(digits_root, str(tmp_path / 'digits'), train_per_class=16, test_per_class=5)
     proc = subprocess.run([sys.executable, osp.join(PROJECT, 'compare_mim.py'), '--budget', 'tiny',
-                           '--work-dir', str(work), '--data-root', digits_root],
+                           '--work-dir', str(work), '--data-root', data],
                           env=run_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert osp.getsize(work / 'comparison.png') > 1000
