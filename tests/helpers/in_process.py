@@ -1,6 +1,7 @@
 """``tools/train.py`` run in the test process: what a run does and says, without importing the whole stack
 again in a subprocess."""
 import contextlib
+import gc
 import io
 from typing import NamedTuple, Optional, Union
 
@@ -22,9 +23,23 @@ def train_in_process(cfg, work_dir, *extra) -> Outcome:
     on the redirected streams. Each run needs a config file of its own name, so that its logger (named
     after the config and the second the run started) is a new one."""
     out = io.StringIO()
+    stop = None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             train_main([str(cfg), '--work-dir', str(work_dir), *extra])
-        except SystemExit as stop:
-            return Outcome(stop.code or 0, stop, out.getvalue())
-    return Outcome(0, None, out.getvalue())
+        except SystemExit as exit_:
+            stop = exit_
+    _release(stop)
+    return Outcome(0 if stop is None else (stop.code or 0), stop, out.getvalue())
+
+
+def _release(stop: Optional[BaseException]) -> None:
+    """Let the run's runner go, as a subprocess's would with its process: no traceback of the stop keeps
+    its frames, and a collection ends its data loaders' (persistent) workers now, not whenever a later
+    test's allocations trigger one. Left alive, they are children of the test process that a later test
+    may count or end, and their end then reaches torch's SIGCHLD handler in the middle of that test."""
+    error = stop
+    while error is not None:
+        error.__traceback__ = None
+        error = error.__context__ or error.__cause__
+    gc.collect()
