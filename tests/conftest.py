@@ -9,9 +9,12 @@ the longest test files first (or, with ``--shuffle``, the files in a random orde
 prints), leave the ``stack_independent`` files to the current stack (tests/README.md), and record the
 files' durations (helpers/durations.py).
 """
+import gc
+import multiprocessing
 import os
 import os.path as osp
 import random
+import time
 from collections import defaultdict
 
 os.environ.setdefault('PJRT_DEVICE', 'CPU')
@@ -51,6 +54,29 @@ def corpus(tmp_path_factory):
     """The broken and unusual image files of ``helpers/bad_images.py``, written once per pytest run."""
     from helpers.bad_images import write_corpus
     return write_corpus(str(tmp_path_factory.mktemp('corpus')))
+
+
+@pytest.fixture(scope='module', autouse=True)
+def leaves_no_children(request):
+    """Every test file ends the ``multiprocessing`` children it starts (data-loader workers, pools). One
+    left alive belongs to the pytest worker that runs the next files: a later test may count or end it,
+    and its end then reaches torch's SIGCHLD handler in the middle of whatever test runs."""
+    before = {child.pid for child in multiprocessing.active_children()}
+    yield
+    left = [child for child in multiprocessing.active_children() if child.pid not in before]
+    if left:  # a loader's workers end with the loader, which a collection may be what ends
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [child for child in multiprocessing.active_children() if child.pid not in before]
+    if left:
+        for child in left:
+            child.kill()
+            child.join(5)
+        pytest.fail(f'{request.node.nodeid} left {len(left)} multiprocessing children alive '
+                    f'({", ".join(f"{c.name} pid {c.pid}" for c in left)}); end them in the file '
+                    '(close the loader, the pool, or the run that owns them)', pytrace=False)
 
 
 def pytest_addoption(parser):
