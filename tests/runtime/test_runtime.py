@@ -1,8 +1,10 @@
 """vit_plugin.runtime, the home of process-level effects: each effect holds from when it is installed to
 when it is undone (at-fork hooks, the worker shield, signal handlers, the frozen heap)."""
 import gc
+import multiprocessing
 import os
 import signal
+import time
 
 import pytest
 
@@ -90,6 +92,34 @@ def test_signal_handlers_are_given_back_to_the_previous_ones():
         assert signal.getsignal(signal.SIGUSR2) is previous
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+def _helper_that_starts_slowly():
+    time.sleep(1.5)  # still starting (a pool worker's bootstrap) when its parent ends it
+    runtime.default_stop_signals()
+    time.sleep(60)
+
+
+def test_a_helper_forked_while_stops_are_held_ends_on_a_sigterm_sent_while_it_starts():
+    """A helper inherits its parent's Python handlers; one that only notes SIGTERM (as pre-emption's does)
+    would take a SIGTERM sent before the helper's initializer and leave it running. Forked under
+    ``stops_held``, the helper gets the signal once its initializer has made SIGTERM end it."""
+    noted = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))
+    try:
+        with runtime.stops_held():
+            helper = multiprocessing.get_context('fork').Process(target=_helper_that_starts_slowly)
+            helper.start()
+        helper.terminate()
+        helper.join(30)
+        alive = helper.is_alive()
+        if alive:
+            helper.kill()
+            helper.join()
+        assert not alive and helper.exitcode == -signal.SIGTERM, helper.exitcode
+        assert noted == []  # the signal was the helper's, not this process's
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_signal_names_and_numbers():

@@ -96,9 +96,11 @@ def _scans(tasks: List[tuple], workers: int) -> Iterator[Tuple[int, Scan]]:
     context = multiprocessing.get_context('fork')
     # Objects the collector never visits are never written to, so the workers share the parent's heap
     # pages instead of copying them (measured: 169 -> 11 MiB of private memory per worker).
-    # The workers end under SIGTERM whatever handler the training process installed (pre-emption).
+    # The workers end under SIGTERM whatever handler the training process installed (pre-emption), also
+    # one that a terminating pool signals while it still starts.
     with runtime.frozen_heap():
-        pool = context.Pool(workers, initializer=runtime.default_stop_signals)
+        with runtime.stops_held():
+            pool = context.Pool(workers, initializer=runtime.default_stop_signals)
         try:
             yield from pool.imap(_run_task, tasks, chunksize=1)
         except BaseException:  # an error, Ctrl-C, or the consumer stopping early

@@ -13,7 +13,7 @@ from vit_plugin.compat import torch as torch_compat
 
 __all__ = ['SignalHandlers', 'WorkerShield', 'default_stop_signals', 'fork_hooks', 'frozen_heap', 'in_main_thread',
            'install_fork_hook', 'is_signal_name', 'remove_fork_hook', 'shielded_signals', 'signal_name',
-           'signal_number']
+           'signal_number', 'stops_held']
 
 Handler = Callable[[int, object], None]
 
@@ -187,10 +187,35 @@ def _sigterm_from_parent_only() -> None:
     threading.Thread(target=wait, name='sigterm-from-parent', daemon=True).start()
 
 
+_HELPER_STOPS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT back from this thread for the block, to fork helpers in it.
+
+    A helper forked in the block starts with both blocked, so that neither reaches a handler it inherited
+    (a pre-emption handler only notes a signal) before :func:`default_stop_signals` replaces it and lets
+    them in: a SIGTERM sent to a helper still starting ends it once it is ready. This process gets them
+    when the block ends, or in another thread meanwhile.
+    """
+    if not hasattr(signal, 'pthread_sigmask'):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELPER_STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def default_stop_signals() -> None:
-    """Initializer of a forked helper process: SIGTERM ends it, Ctrl-C is ignored (the parent stops it)."""
+    """Initializer of a forked helper process: SIGTERM ends it, Ctrl-C is ignored (the parent stops it);
+    then lets in what :func:`stops_held` held back."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, 'pthread_sigmask'):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELPER_STOPS)
 
 
 def in_main_thread() -> bool:
