@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import os.path as osp
 import random
+import signal
 import time
 from collections import defaultdict
 
@@ -56,13 +57,25 @@ def corpus(tmp_path_factory):
     return write_corpus(str(tmp_path_factory.mktemp('corpus')))
 
 
+_STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP]
+
+
 @pytest.fixture(scope='module', autouse=True)
-def leaves_no_children(request):
-    """Every test file ends the ``multiprocessing`` children it starts (data-loader workers, pools). One
-    left alive belongs to the pytest worker that runs the next files: a later test may count or end it,
-    and its end then reaches torch's SIGCHLD handler in the middle of whatever test runs."""
+def leaves_the_process_as_found(request):
+    """Every test file leaves its pytest worker as it found it, since that worker runs the next files: no
+    ``multiprocessing`` child left alive (a data-loader worker, a pool), whose end would reach torch's
+    SIGCHLD handler in the middle of a later test; and the stop signals' handlers as they were (a run that
+    keeps its pre-emption handler turns a later test's SIGTERM into a request to stop)."""
     before = {child.pid for child in multiprocessing.active_children()}
+    handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
     yield
+    problems = []
+    changed = [signal.Signals(signum).name for signum, handler in handlers.items()
+               if signal.getsignal(signum) is not handler]
+    if changed:
+        problems.append(f'changed the handlers of {", ".join(changed)}')
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     left = [child for child in multiprocessing.active_children() if child.pid not in before]
     if left:  # a loader's workers end with the loader, which a collection may be what ends
         gc.collect()
@@ -71,12 +84,14 @@ def leaves_no_children(request):
             time.sleep(0.1)
             left = [child for child in multiprocessing.active_children() if child.pid not in before]
     if left:
+        problems.append(f'left {len(left)} multiprocessing children alive '
+                        f'({", ".join(f"{c.name} pid {c.pid}" for c in left)})')
         for child in left:
             child.kill()
             child.join(5)
-        pytest.fail(f'{request.node.nodeid} left {len(left)} multiprocessing children alive '
-                    f'({", ".join(f"{c.name} pid {c.pid}" for c in left)}); end them in the file '
-                    '(close the loader, the pool, or the run that owns them)', pytrace=False)
+    if problems:
+        pytest.fail(f'{request.node.nodeid} {" and ".join(problems)}: undo it in the file (close the loader or '
+                    'pool, restore the handlers, or end the run that owns them)', pytrace=False)
 
 
 def pytest_addoption(parser):

@@ -205,14 +205,14 @@ def test_skip_policy_run_reports_the_exact_count_and_resumes_exactly(tmp_path):
 def test_skip_policy_stops_past_the_limit_naming_it(tmp_path):
     # Three bad samples, in the first three batches, so in both data-loader workers (neither reaches the
     # limit alone): the training process counts all three after iteration 3 and stops there.
-    from mmengine.runner import Runner
+    from mmengine.registry import RUNNERS
     g = torch.Generator()
     g.manual_seed(0)
     order = torch.randperm(200, generator=g).tolist()
     root = make_list_dataset(str(tmp_path / 'data'), (order[0], order[20], order[40]))
     cfg = Config.fromfile(skip_config(tmp_path / 'cfg.py', root, workers=2, epochs=1, record_losses=False))
     cfg.work_dir = str(tmp_path / 'work')
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the config's runner, which gives the signals back however the run ends
     with pytest.raises(BadSampleLimitExceeded, match=re.escape(
             '3 distinct bad samples exceed the limit of 2 bad samples (max_fraction=0.01 of 200 samples) at '
             'iteration 3; the latest: ') + '.*Fix or remove the files'):
