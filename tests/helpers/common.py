@@ -38,12 +38,14 @@ RANKS = 2
 def run_env() -> dict:
     """Environment of a training subprocess: one thread, the repository and these helpers importable
     (``custom_imports``), ``PYTHON`` for the launch scripts, and no XLA device (plain CPU training).
+    ``USE_TORCH_XLA=0`` keeps transformers, which mmengine's optimizer registry imports, from importing
+    torch_xla (2 s of each process's start on the classic stack); our XLA launch imports it itself.
 
     With fewer GPUs than the multi-process tests start ranks (one GPU, say), the GPUs are hidden, so
     every training subprocess of the tests runs on the CPU with Gloo, and runs compared with each other
     run on the same device."""
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([REPO, HELPERS]),
-               PYTHON=sys.executable)
+               PYTHON=sys.executable, USE_TORCH_XLA='0')
     env.pop('PJRT_DEVICE', None)
     if torch.cuda.is_available() and torch.cuda.device_count() < RANKS:
         env['CUDA_VISIBLE_DEVICES'] = ''
