@@ -67,6 +67,10 @@ def leaves_the_process_as_found(request):
     SIGCHLD handler in the middle of a later test; and the stop signals' handlers as they were (a run that
     keeps its pre-emption handler turns a later test's SIGTERM into a request to stop)."""
     before = {child.pid for child in multiprocessing.active_children()}
+
+    def new_children():
+        return [child for child in multiprocessing.active_children() if child.pid not in before]
+
     handlers = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
     yield
     problems = []
@@ -76,13 +80,13 @@ def leaves_the_process_as_found(request):
         problems.append(f'changed the handlers of {", ".join(changed)}')
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    left = [child for child in multiprocessing.active_children() if child.pid not in before]
+    left = new_children()
     if left:  # a loader's workers end with the loader, which a collection may be what ends
         gc.collect()
         deadline = time.monotonic() + 5
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = [child for child in multiprocessing.active_children() if child.pid not in before]
+            left = new_children()
     if left:
         problems.append(f'left {len(left)} multiprocessing children alive '
                         f'({", ".join(f"{c.name} pid {c.pid}" for c in left)})')

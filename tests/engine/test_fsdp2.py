@@ -25,7 +25,8 @@ import torch.nn as nn
 from torch.distributed.checkpoint import FileSystemReader
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from helpers.in_process import train_in_process
+from helpers import warm_runs
+from helpers.in_process import helper_modules
 from helpers.training_runs import INTERVAL, MAX_ITERS, dist_cmd, iter_config, losses_list, run, signal_when
 from vit_plugin.cli.consolidate_checkpoint import main as consolidate
 from vit_plugin.engine import fsdp2
@@ -39,13 +40,12 @@ def config(path, data_root, delay=0.0, in_process=False, **kwargs):
     ``in_process``: for a run in the test process (its hooks imported from ``helpers``, no pacing)."""
     base = iter_config(path.with_name(f'{path.stem}_base.py'), data_root, drop_rate=0.0, delay=delay, **kwargs)
     hooks = "[dict(type='LossRecorderHook'), dict(type='EMAHook', momentum=0.2, priority='ABOVE_NORMAL')]"
-    imports = "['vit_plugin', 'helpers.loss_recorder']"
     if not in_process:
         hooks = hooks.replace("),", f"), dict(type='PacingHook', delay={delay}),", 1)
-        imports = "['vit_plugin', 'loss_recorder', 'pacing']"
+    imports = helper_modules(['loss_recorder'] if in_process else ['loss_recorder', 'pacing'], in_process)
     path.write_text(f"""
 _base_ = [{base!r}]
-custom_imports = dict(imports={imports}, allow_failed_imports=False)
+custom_imports = dict(imports={imports!r}, allow_failed_imports=False)
 custom_hooks = {hooks}
 """)
     return str(path)
@@ -58,13 +58,8 @@ def mean_losses(ranks, iters):
 
 def train_here(cfg, work_dir, *extra):
     """``tools/train.py`` in the test process on one thread, as the training subprocesses run
-    (``OMP_NUM_THREADS=1``)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        outcome = train_in_process(cfg, work_dir, *extra)
-    finally:
-        torch.set_num_threads(threads)
+    (``OMP_NUM_THREADS=1``): its losses."""
+    outcome = warm_runs.train_here(cfg, work_dir, *extra)
     assert outcome.code == 0, outcome.output[-4000:]
     return read_losses(work_dir)
 

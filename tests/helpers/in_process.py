@@ -16,6 +16,13 @@ class Outcome(NamedTuple):
     output: str
 
 
+def helper_modules(names, in_process: bool) -> list:
+    """A config's ``custom_imports`` of vit_plugin and the helper modules ``names`` (``'loss_recorder'``): by
+    file name for a training subprocess (tests/helpers is on its path), as ``helpers.<name>`` for a run in
+    the test process, where the tests import them under that name (one registration of each hook)."""
+    return ['vit_plugin'] + [f'helpers.{name}' if in_process else name for name in names]
+
+
 def train_in_process(cfg, work_dir, *extra) -> Outcome:
     """``tools/train.py cfg --work-dir work_dir *extra`` in this process (single process, launcher none).
 

@@ -10,16 +10,22 @@ import torch
 
 
 @contextlib.contextmanager
+def one_thread():
+    """One intra-op thread for the duration, as ``OMP_NUM_THREADS=1`` gives a subprocess."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
 def like_a_subprocess(*recorders: str):
     """``recorders``: the bare names (``'loss_recorder'``) of the helper modules the configs import; each
     names the ``helpers.`` module, so that its hook is registered once in this process."""
-    threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, one_thread():
         for name in recorders:
             patch.setitem(sys.modules, name, importlib.import_module(f'helpers.{name}'))
         patch.setenv('LOCAL_RANK', '0')
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
+        yield

@@ -13,7 +13,6 @@ threads exist. Every run has one intra-op thread, as the training subprocesses h
 runs of the same config. The hooks a config names through ``custom_imports`` are imported as
 ``helpers.<module>`` here: :func:`warm_config` makes such a config of a config for subprocesses."""
 import atexit
-import contextlib
 import importlib
 import json
 import os
@@ -28,7 +27,8 @@ from typing import Callable, List
 import torch
 
 from helpers.common import REPO, free_port, run_env
-from helpers.in_process import Outcome, train_in_process
+from helpers.in_process import Outcome, helper_modules, train_in_process
+from helpers.subprocess_like import one_thread
 from vit_plugin.cli.launch import run_as_script
 from vit_plugin.cli.train import main as train_main
 
@@ -40,22 +40,11 @@ def warm_config(cfg, name, imports=('loss_recorder', 'pacing')) -> str:
     ``imports`` (hook modules of tests/helpers) as ``helpers.<module>``; a config of its own name per run
     (the run's logger is named after it)."""
     path = osp.join(osp.dirname(str(cfg)), f'{name}.py')
-    modules = ['vit_plugin'] + [f'helpers.{m}' for m in imports]
+    modules = helper_modules(imports, in_process=True)
     with open(path, 'w') as f:
         f.write(f'_base_ = [{str(cfg)!r}]\n'
                 f'custom_imports = dict(imports={modules!r}, allow_failed_imports=False)\n')
     return path
-
-
-@contextlib.contextmanager
-def one_thread():
-    """One intra-op thread for the duration, as ``OMP_NUM_THREADS=1`` gives a subprocess."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_here(cfg, work_dir, *extra) -> Outcome:
@@ -114,7 +103,7 @@ def _fork_tasks(main: Callable, argv: List[str], envs: List[dict], logs: List[st
         if pid == 0:
             _task(main, argv, env, log)
         pids.append(pid)
-    codes, killed = {}, False
+    codes, kill_at = {}, None
     deadline = time.time() + timeout
     while len(codes) < len(pids):
         for pid in pids:
@@ -122,13 +111,14 @@ def _fork_tasks(main: Callable, argv: List[str], envs: List[dict], logs: List[st
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     codes[pid] = os.waitstatus_to_exitcode(status)
-        if not killed and len(codes) < len(pids) and (any(codes.values()) or time.time() > deadline):
-            if time.time() < deadline:
-                time.sleep(5)  # the others' own exit first
+        now = time.time()
+        if kill_at is None and (any(codes.values()) or now > deadline):
+            kill_at = now if now > deadline else now + 5  # after a failure, the others' own exit first
+        if kill_at is not None and now >= kill_at:
             for pid in pids:
                 if pid not in codes:
                     os.kill(pid, signal.SIGKILL)  # not reaped yet: still this process's child
-            killed = True
+            kill_at = float('inf')  # once
         time.sleep(0.05)
     return max(codes.values())
 

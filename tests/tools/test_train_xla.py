@@ -26,18 +26,12 @@ from helpers.stack import import_torch_xla_or_skip_module
 torch_xla = import_torch_xla_or_skip_module()  # the classic stack pins it: a missing one fails here
 
 from helpers.common import HELPERS, REPO, free_port, read_losses
-from helpers.in_process import train_in_process
+from helpers.in_process import helper_modules, train_in_process
 from vit_plugin.checkpoint.safe_load import safe_torch_load
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 TOL = 1e-4
-
-
-def helper_modules(names, in_process):
-    """The ``custom_imports`` of the test's helper modules: by file name in a training subprocess (tests/helpers
-    is on its path), as ``helpers.<name>`` in the test process."""
-    return ['vit_plugin'] + [f'helpers.{name}' if in_process else name for name in names]
 
 
 def cls_config(path, data_root, drop_rate=0.0, in_process=False):

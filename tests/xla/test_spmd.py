@@ -18,7 +18,7 @@ from helpers.stack import import_torch_xla_or_skip_module
 
 torch_xla = import_torch_xla_or_skip_module()  # the classic stack pins it: a missing one fails here
 from helpers.common import HELPERS, REPO, free_port, read_losses
-from helpers.in_process import train_in_process
+from helpers.in_process import helper_modules, train_in_process
 
 from vit_plugin.checkpoint.safe_load import safe_torch_load
 from vit_plugin.models.backbones.vit import ViT
@@ -46,10 +46,9 @@ def _config(path, data_root, in_process=False):
     """configs/vit_demo_digits.py shrunk: a 2-block ViT of width 32, batch 16, 2 epochs of 4 iterations,
     no random augmentation or dropout (XLA's generator differs from the CPU's). ``in_process``: for an
     eager run in the test process (the hooks imported from ``helpers``)."""
-    helpers = 'helpers.' if in_process else ''
     path.write_text(f"""
 _base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
-custom_imports = dict(imports=['vit_plugin', '{helpers}loss_recorder', '{helpers}spmd_probe'],
+custom_imports = dict(imports={helper_modules(['loss_recorder', 'spmd_probe'], in_process)!r},
                       allow_failed_imports=False)
 model = dict(backbone=dict(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_dims=64), drop_rate=0.),
              head=dict(in_channels=32))

@@ -15,7 +15,7 @@ import torch
 from mmengine.optim import OptimWrapper
 
 from helpers.common import REPO, free_port, read_losses, run_env
-from helpers.in_process import train_in_process
+from helpers.in_process import helper_modules, train_in_process
 from vit_plugin.engine.checkpointing import checkpoint_problem, find_resumable_checkpoint
 from vit_plugin.engine.hooks import NonFiniteGuardHook
 from vit_plugin.engine.optimizers import GuardedOptimWrapper
@@ -383,8 +383,7 @@ def guard_config(path, data_root, *, batch_size, nan=(), probe_iters=(), max_con
     ``nan``: ``(iterations, ranks or None)`` pairs at which the loss is made NaN. ``in_process``: for a run
     in the test process (the hooks imported from ``helpers``).
     """
-    modules = ['loss_recorder', 'nan_injection']
-    modules = ['vit_plugin'] + [f'helpers.{m}' if in_process else m for m in modules]
+    modules = helper_modules(['loss_recorder', 'nan_injection'], in_process)
     hooks = [dict(type='LossRecorderHook'), dict(type='StateProbeHook', iters=list(probe_iters))]
     hooks += [dict(type='NaNInjectionHook', iters=list(iters), ranks=ranks) for iters, ranks in nan]
     path.write_text(f"""
