@@ -4,7 +4,7 @@ batches of the uninterrupted run.
 
 ``tools/train.py`` (1 process, in the test process) and 2 Gloo processes with a data-loader worker each
 (the fault on rank 1 only: its worker meets it; the stopped run through ``tools/dist_train.sh``, the
-uninterrupted run and the resume as forked ranks of the test process, helpers/warm_runs.py) train a
+uninterrupted run and the resume as forked ranks, helpers/warm_runs.py) train a
 1-block ViT on 32 JPEGs in 4 tar shards with ``vit_plugin.IterBasedTrainLoop`` and
 ``vit_plugin.BlockShuffleSampler`` (8 images per iteration, so all 4 iterations lie in one epoch). One
 image of the batch of iteration 4 is overwritten in its shard with bytes that are no image (same size),
@@ -77,7 +77,7 @@ def fault_run(tmp_path_factory, procs, num_workers):
     """An uninterrupted run, the run stopped by the fault on the last rank and the run resumed after the
     fix: their exit status, output, work dir and each rank's batches. One process trains in the test
     process (a config file per run, so that each run's logger is its own); two stop through
-    ``tools/dist_train.sh`` and run uninterrupted and resume as forks of the test process."""
+    ``tools/dist_train.sh`` and run uninterrupted and resume as forked ranks (helpers/warm_runs.py)."""
     root = tmp_path_factory.mktemp(f'data_fault_{procs}')
     data = root / 'shards'
     write_wds(str(data), make_samples(SAMPLES), [SAMPLES // 4] * 4)

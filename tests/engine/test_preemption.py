@@ -4,8 +4,8 @@ newest intact checkpoint of the work dir it is given.
 The end-to-end tests train a 2-block ViT on 192 digits with an iteration-based loop (as the paper's
 configs use) and compare losses with an uninterrupted run of the same config. The runs that get a signal
 are ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses; the uninterrupted runs and the resumes to
-the end start from the test process's imports (helpers/warm_runs.py: in the test process, or forked
-ranks). The in-process tests run a real mmengine Runner on a linear model."""
+the end start from imports already made (helpers/warm_runs.py: in the test process, or ranks forked
+from a server process). The in-process tests run a real mmengine Runner on a linear model."""
 import gc
 import os
 import os.path as osp

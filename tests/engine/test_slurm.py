@@ -1,6 +1,6 @@
 """``tools/slurm_train.sh``: the srun invocation (mmpretrain's interface), recorded by a stand-in ``srun``
 (tests/helpers/srun_stub.py), and a two-task run on the CPU of the command it hands srun (tools/train.py's
-code, vit_plugin.cli.train), each task with SLURM's variables (forks of the test process,
+code, vit_plugin.cli.train), each task with SLURM's variables (forked ranks,
 helpers/warm_runs.py)."""
 import json
 import os

@@ -5,12 +5,12 @@ processes, each the whole work of its process as in the script (``run_as_script`
 launch is not what a test checks (an uninterrupted reference, a resume to the end); what a launcher does
 on a signal or a failure is tested through ``tools/train.py`` / ``tools/dist_train.sh`` subprocesses.
 
-The ranks fork from the test process where its autograd engine has no device threads (no GPU, no XLA:
-the current stack on a CPU host); elsewhere from a server process that imports the stack once and
-never trains (:func:`serve`, one per test process), since a fork cannot run backward passes once those
-threads exist. Every run has one intra-op thread, as the training subprocesses have
-(``OMP_NUM_THREADS=1``), so that its losses are comparable to the last bit with those of subprocess
-runs of the same config. The hooks a config names through ``custom_imports`` are imported as
+The ranks fork from a server process that imports the stack once and never trains (:func:`serve`, one
+per test process), never from the test process itself: once a process has run backward passes, its
+autograd engine may hold threads that a forked child cannot use (a GPU's or an XLA device's, and on the
+CPU too after some earlier tests), and the child then fails at its first backward pass. Every run has
+one intra-op thread, as the training subprocesses have (``OMP_NUM_THREADS=1``), so that its losses are
+comparable to the last bit with those of subprocess runs of the same config. The hooks a config names through ``custom_imports`` are imported as
 ``helpers.<module>`` here: :func:`warm_config` makes such a config of a config for subprocesses."""
 import atexit
 import importlib
@@ -123,12 +123,6 @@ def _fork_tasks(main: Callable, argv: List[str], envs: List[dict], logs: List[st
     return max(codes.values())
 
 
-def _fork_here() -> bool:
-    """Whether this process's autograd engine can still run in a fork: it has no device threads, which a
-    GPU or an XLA device type (torch_xla imported) start with the first backward pass."""
-    return not torch.cuda.is_available() and 'torch_xla' not in sys.modules
-
-
 def _server_env() -> dict:
     """The training subprocesses' environment, ``helpers.<module>`` importable (tests/ on the path)."""
     env = run_env()
@@ -174,15 +168,12 @@ def run_forks(main, argv, envs, logs, timeout=300) -> Outcome:
     Waits for all (a failing task ends the others after 5 s, as torchrun and ``srun --kill-on-bad-exit``
     do); returns the highest exit status and every task's output, in the order of ``envs``."""
     argv, logs = [str(a) for a in argv], [str(log) for log in logs]
-    if _fork_here():
-        code = _fork_tasks(main, argv, envs, logs, timeout)
-    else:
-        server = _server()
-        server.stdin.write(json.dumps([main.__module__, argv, envs, logs, timeout]) + '\n')
-        server.stdin.flush()
-        answer = server.stdout.readline()
-        assert answer, 'the fork server ended'
-        code = int(answer)
+    server = _server()
+    server.stdin.write(json.dumps([main.__module__, argv, envs, logs, timeout]) + '\n')
+    server.stdin.flush()
+    answer = server.stdout.readline()
+    assert answer, 'the fork server ended'
+    code = int(answer)
     output = ''
     for log in logs:
         with open(log) as f:
