@@ -1,46 +1,27 @@
-"""``tools/infer.py`` (``vit_plugin.cli.infer``) on a demo classifier trained for 20 epochs: the top-1
-names of the held-out test split (the images tools/test.py evaluates) are mostly right, top-k is
-ordered, folders are searched, image files keep the order given, and a missing file is named.
+"""``tools/infer.py`` (``vit_plugin.cli.infer``) on a trained demo classifier that the tests ship
+(``fixtures/digits_vit.py`` and its weights, written by ``fixtures/make_digits_vit.py``): the top-1 names of
+the digits' held-out test split (the images tools/test.py evaluates) are mostly right, top-k is ordered,
+folders are searched, image files keep the order given, and a missing file is named.
 
-One training run, shared by the tests below; each test checks one claim."""
+One whole-split inference, shared by the tests below; each test checks one claim."""
 import json
 import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 
-from helpers.common import REPO, run_env
 from vit_plugin.cli.infer import main as infer
 
-pytestmark = pytest.mark.slow
-
-EPOCHS = 20
+FIXTURES = osp.join(osp.dirname(osp.abspath(__file__)), 'fixtures')
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory, digits_root):
-    """The demo config trained for 20 epochs: (config, checkpoint, the digits' test folder)."""
-    tmp_path = tmp_path_factory.mktemp('infer')
-    cfg = tmp_path / 'demo.py'
-    cfg.write_text(f"""
-_base_ = [{osp.join(REPO, 'configs', 'vit_demo_digits.py')!r}]
-max_epochs = {EPOCHS}
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, end_factor=1.0, by_epoch=True, begin=0, end=2, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=2, end=max_epochs, convert_to_iter_based=True)]
-train_cfg = dict(max_epochs=max_epochs, val_interval=100)
-train_dataloader = dict(dataset=dict(data_root={digits_root!r}))
-val_dataloader = dict(dataset=dict(data_root={digits_root!r}))
-test_dataloader = val_dataloader
-default_hooks = dict(checkpoint=dict(interval={EPOCHS}))
-""")
-    work = tmp_path / 'work'
-    proc = subprocess.run([sys.executable, osp.join(REPO, 'tools', 'train.py'), str(cfg), '--work-dir', str(work)],
-                          env=run_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(cfg), str(work / f'epoch_{EPOCHS}.pth'), osp.join(digits_root, 'test')
+def trained(digits_root):
+    """(config, checkpoint, the digits' test folder): the demo config at 64 dimensions, trained for its 40
+    epochs (97.8 % top-1 on the test split when it was written). If the model's parameter names or the
+    digits change, run ``python tests/cli/fixtures/make_digits_vit.py`` to write the weights again."""
+    return (osp.join(FIXTURES, 'digits_vit.py'), osp.join(FIXTURES, 'digits_vit.pth'),
+            osp.join(digits_root, 'test'))
 
 
 @pytest.fixture(scope='module')
@@ -65,10 +46,10 @@ def test_infer_names_the_digits_of_a_trained_classifier(predicted):
     wrong = [(r['image'], r['topk'][0]) for r in results
              if r['topk'][0]['name'] != osp.basename(osp.dirname(r['image']))]
     print(f'tools/infer.py: {len(results) - len(wrong)} of {len(results)} test digits named right')
-    # A whole-split share, not a handful of images: float rounding differs between CPU kernel sets, and a
-    # few images near the decision boundary change their name from one set to another. The bar sits one
-    # measured spread below the worst seed and kernel set (docs/development.md#tests).
-    assert 1 - len(wrong) / len(results) >= 0.88, wrong
+    # A whole-split share, not a handful of images: float rounding differs between CPU kernel sets, and an
+    # image near a decision boundary may change its name from one set to another. The weights named 97.8 %
+    # of the split right with every kernel set measured (docs/development.md#tests).
+    assert 1 - len(wrong) / len(results) >= 0.95, wrong
 
 
 def test_infer_topk_is_ordered_and_names_the_classes(predicted):
