@@ -10,8 +10,9 @@ per test process), never from the test process itself: once a process has run ba
 autograd engine may hold threads that a forked child cannot use (a GPU's or an XLA device's, and on the
 CPU too after some earlier tests), and the child then fails at its first backward pass. Every run has
 one intra-op thread, as the training subprocesses have (``OMP_NUM_THREADS=1``), so that its losses are
-comparable to the last bit with those of subprocess runs of the same config. The hooks a config names through ``custom_imports`` are imported as
-``helpers.<module>`` here: :func:`warm_config` makes such a config of a config for subprocesses."""
+comparable to the last bit with those of subprocess runs of the same config. The hooks a config names
+through ``custom_imports`` are imported as ``helpers.<module>`` here: :func:`warm_config` makes such a
+config of a config for subprocesses."""
 import atexit
 import importlib
 import json
