@@ -54,6 +54,10 @@ def max_rss_mib() -> float:
 
 
 def rss_mib() -> float:
-    """The process's resident set size now (``/proc/self/statm``), in MiB."""
+    """The process's resident set size now (``/proc/self/statm``), in MiB.
+
+    The kernel counts resident pages per CPU, so this and :func:`max_rss_mib` may disagree by a few
+    hundred KiB when read at different moments.
+    """
     with open('/proc/self/statm') as f:
         return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
