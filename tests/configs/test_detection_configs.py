@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.shapes_detection import (BASELINE_MAP50_MAX, BBOX_MAP50_MIN, CONFIGS, DRAWN_SHARE_MIN, LOSS_RATIO_MAX,
-                                      PRECISION_MIN, RECALL_MIN, SEGM_MAP50_MIN, build_detector, demo_cfg,
-                                      shapes_training_run)
+from helpers.shapes_detection import (BASELINE_MAP50_MAX, BBOX_MAP50_MIN, CONFIGS, DRAWN_SHARE_MIN, EPOCHS,
+                                      LOSS_RATIO_MAX, PRECISION_MIN, RECALL_MIN, SEGM_MAP50_MIN, build_detector,
+                                      demo_cfg, shapes_training_run)
 from vit_plugin.models.backbones.vit import ViT
 
 
@@ -114,8 +114,9 @@ def shapes_run(tmp_path_factory):
     ATEN_CPU_CAPABILITY=avx2 and =default (tests/helpers/shapes_test_margins.py, which prints the table);
     a broken detector (RoI features read at twice their stride) fails every one of them."""
     run = shapes_training_run(tmp_path_factory.mktemp('shapes'))
-    print('shapes after 10 epochs:', {k: round(v, 3) for k, v in run['metrics'].items() if 'mAP' in k},
-          run['inference'])
+    for name, metrics in (('untrained', run['baseline']), (f'after {EPOCHS} epochs', run['metrics'])):
+        print(f'shapes, {name}:', {k: round(v, 3) for k, v in metrics.items() if 'mAP' in k})
+    print('tools/infer.py on the validation set:', run['inference'])
     return run
 
 

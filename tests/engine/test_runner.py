@@ -264,3 +264,54 @@ def test_mmengines_from_cfg_of_a_config_naming_our_runner_stops_before_training(
                              val_dataloader=dict(num_workers=0, dataset=dict(data_root=digits_root))))
     with pytest.raises(RunSetupError, match=r"runner_type='vit_plugin.Runner' and global_batch_size=128.*RUNNERS"):
         MMEngineRunner.from_cfg(cfg).train()
+
+
+def test_the_runner_formats_its_config_once_and_freezes_the_heap_while_it_runs(tmp_path, digits_root, monkeypatch):
+    """mmengine formats the runner's config (yapf) for the log, the work dir's copy, the run's metadata and
+    every checkpoint: ours formats it once, and again only when the content changes. The heap is frozen
+    while train() and val() run, and given back as it was."""
+    import gc
+
+    import torch
+    from mmengine.hooks import Hook
+    cfg = Config.fromfile(osp.join(REPO, 'configs', 'vit_demo_digits.py'))
+    cfg.merge_from_dict(dict(
+        work_dir=str(tmp_path), model=dict(backbone=dict(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+                                                                   mlp_dims=64)), head=dict(in_channels=32)),
+        train_dataloader=dict(batch_size=32, num_workers=0, persistent_workers=False,
+                              dataset=dict(data_root=digits_root, indices=64)),
+        val_dataloader=dict(num_workers=0, dataset=dict(data_root=digits_root, indices=32)),
+        train_cfg=dict(max_epochs=2, val_interval=1), default_hooks=dict(checkpoint=dict(interval=1))))
+    cfg.test_dataloader = cfg.val_dataloader
+    formats = []
+    mmengine_text = Config.pretty_text.fget
+    monkeypatch.setattr(Config, 'pretty_text', property(lambda self: formats.append(1) or mmengine_text(self)))
+
+    class FreezeProbe(Hook):
+        def __init__(self):
+            self.seen = []
+
+        def before_train(self, runner):
+            self.seen.append(('train', gc.get_freeze_count()))
+
+        def before_val(self, runner):
+            self.seen.append(('val', gc.get_freeze_count()))
+
+    freeze_count = gc.get_freeze_count()
+    runner = RUNNERS.build(cfg)
+    probe = FreezeProbe()
+    runner.register_hook(probe)
+    runner.train()
+    runner.val()
+    assert gc.get_freeze_count() == freeze_count
+    assert [loop for loop, _ in probe.seen] == ['train', 'val', 'val', 'val'] and all(n > 0 for _, n in probe.seen)
+    assert len(formats) == 1, len(formats)  # the log, the work dir's copy, the run's metadata, 2 checkpoints
+
+    text = runner.cfg.pretty_text
+    assert text == mmengine_text(runner.cfg)  # mmengine's own formatting of the same content
+    assert (tmp_path / 'vit_demo_digits.py').read_text() == text
+    for epoch in (1, 2):
+        ckpt = torch.load(tmp_path / f'epoch_{epoch}.pth', map_location='cpu', weights_only=False)
+        assert ckpt['meta']['cfg'] == text
+    runner.cfg.train_cfg.max_epochs = 3
+    assert 'max_epochs=3' in runner.cfg.pretty_text and len(formats) == 2

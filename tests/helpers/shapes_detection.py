@@ -34,6 +34,7 @@ def build_detector(cfg):
 # validation set numbers, with margins beyond the worst of seeds 0, 1, 2 x ATEN_CPU_CAPABILITY avx2 and
 # default (tests/helpers/shapes_test_margins.py). Measured, worst (range) of those 6 runs, and a broken
 # detector (RoI features read at twice their stride, --break-roi-stride), which fails every bar:
+EPOCHS = 10  # of 16 iterations (128 images, batch 8)
 LOSS_RATIO_MAX = 0.45  # mean of the last 10 losses / first 10: 0.344 (0.317-0.344); broken 0.517
 BBOX_MAP50_MIN = 0.5  # 0.709 (0.709-0.831); broken 0.002
 SEGM_MAP50_MIN = 0.5  # 0.736 (0.736-0.843); broken 0.000
@@ -108,17 +109,18 @@ def _infer_whole_val_set(runner, tmp_path, score_thr=0.5):
     return counts
 
 
-def shapes_training_run(work_dir, seed=0, **overrides):
-    """The slow test's recipe: the tiny ViTDet-style Mask R-CNN trained from scratch for 10 epochs (160
-    iterations) on 128 shapes images, COCO-evaluated on 32, run through tools/infer.py on all 32, and the same
+def shapes_training_run(work_dir, seed=0, epochs=None, **overrides):
+    """The slow test's recipe: the tiny ViTDet-style Mask R-CNN trained from scratch for ``EPOCHS`` epochs (16
+    iterations each) on 128 shapes images, COCO-evaluated on 32, run through tools/infer.py on all 32, and the same
     model at its initial weights evaluated too. Returns every number the test asserts on (also what
     tests/helpers/shapes_test_margins.py measures over seeds and CPU kernels)."""
-    runner = _demo_runner(work_dir, max_epochs=10, num_images=dict(train=128, val=32), randomness=dict(seed=seed),
+    epochs = epochs or EPOCHS
+    runner = _demo_runner(work_dir, max_epochs=epochs, num_images=dict(train=128, val=32), randomness=dict(seed=seed),
                           **overrides)
     recorder = LossRecorderHook()
     runner.register_hook(recorder)
     runner.train()
-    losses = [recorder.losses.get(i) for i in range(10 * 16)]
+    losses = [recorder.losses.get(i) for i in range(epochs * 16)]
     metrics = runner.val()
     inference = _infer_whole_val_set(runner, work_dir)
     untrained = build_detector(runner.cfg)

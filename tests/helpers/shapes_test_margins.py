@@ -1,9 +1,9 @@
 """Margins of the shapes detection test's bars on learned behaviour, over seeds and CPU kernel sets.
 
-The ``shapes_run`` of ``tests/configs/test_detection_configs.py`` trains a tiny
-Mask R-CNN for 160 iterations and asserts whole-validation-set numbers (loss ratio, bbox / segm mAP_50,
-recall, precision and share of images with a detection at score 0.5 in tools/infer.py, and the untrained
-model's mAP_50). Float rounding differs between CPUs (AVX-512, AVX2, no vector kernels), so each bar must
+The ``shapes_run`` of ``tests/configs/test_detection_configs.py`` trains a tiny Mask R-CNN for ``EPOCHS``
+epochs of 16 iterations and asserts whole-validation-set numbers (loss ratio, bbox / segm mAP_50, recall,
+precision and share of images with a detection at score 0.5 in tools/infer.py, and the untrained model's
+mAP_50). Float rounding differs between CPUs (AVX-512, AVX2, no vector kernels), so each bar must
 hold with a margin on all of them. This runs the test's recipe (``shapes_training_run`` of
 ``tests/helpers/shapes_detection.py``) once per seed and ``ATEN_CPU_CAPABILITY`` value, each in its own
 process, and prints every run and the worst value next to the test's bar.
@@ -11,7 +11,8 @@ process, and prints every run and the worst value next to the test's bar.
     OMP_NUM_THREADS=1 .venv/bin/python tests/helpers/shapes_test_margins.py --seeds 0 1 2 --capabilities avx2 default
 
 ``--break-roi-stride`` runs a deliberately broken detector (the RoI extractors read each level at twice its
-stride, so the RoI heads pool features of the wrong places) to show that the bars catch it.
+stride, so the RoI heads pool features of the wrong places) to show that the bars catch it; ``--epochs``
+measures another training length.
 """
 import argparse
 import json
@@ -35,18 +36,18 @@ import json
 import torch
 torch.set_num_threads({threads})
 from helpers.shapes_detection import shapes_training_run
-run = shapes_training_run(__import__('pathlib').Path({work!r}), seed={seed}, **{overrides!r})
+run = shapes_training_run(__import__('pathlib').Path({work!r}), seed={seed}, epochs={epochs}, **{overrides!r})
 print('RESULT ' + json.dumps(dict(run, losses=None)))
 '''
 
 
-def _launch(seed, capability, threads, overrides, work):
+def _launch(seed, capability, threads, epochs, overrides, work):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads),
                PYTHONPATH=os.pathsep.join([REPO, TESTS, osp.join(TESTS, 'helpers')]))
     env.pop('PJRT_DEVICE', None)
     if capability:
         env['ATEN_CPU_CAPABILITY'] = capability
-    code = CHILD.format(threads=threads, work=work, seed=seed, overrides=overrides)
+    code = CHILD.format(threads=threads, work=work, seed=seed, epochs=epochs, overrides=overrides)
     return subprocess.Popen([sys.executable, '-c', code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO)
 
@@ -58,6 +59,7 @@ def main(argv=None):
                         help="ATEN_CPU_CAPABILITY values ('native': leave it unset)")
     parser.add_argument('--threads', type=int, default=1, help='torch threads per run')
     parser.add_argument('--jobs', type=int, default=2, help='runs at a time')
+    parser.add_argument('--epochs', type=int, default=t.EPOCHS, help='training epochs of 16 iterations')
     parser.add_argument('--break-roi-stride', action='store_true', help='a broken detector instead (see above)')
     parser.add_argument('--out', help='write the runs as JSON')
     args = parser.parse_args(argv)
@@ -69,7 +71,8 @@ def main(argv=None):
             while pending and len(running) < args.jobs:
                 seed, cap = pending.pop(0)
                 work = osp.join(tmp, f'{cap}_{seed}')
-                running.append((seed, cap, _launch(seed, None if cap == 'native' else cap, args.threads, overrides,
+                running.append((seed, cap, _launch(seed, None if cap == 'native' else cap, args.threads, args.epochs,
+                                                   overrides,
                                                    work)))
             seed, cap, proc = running.pop(0)
             out, err = proc.communicate()

@@ -1,6 +1,6 @@
 """vit_plugin's runners: mmengine's, built from the config with the run plan applied.
 
-See docs/configs.md#one-runner-named-by-the-config.
+See docs/configs.md#one-runner-named-by-the-config and docs/development.md#what-importing-does (the heap).
 """
 import copy
 import logging
@@ -81,6 +81,30 @@ def use_device_defaults(cfg: Config, launcher: str = 'none', device: Optional[st
 
 
 # ---------------------------------------------------------------------------------------- the runners
+class RunConfig(Config):
+    """The runner's copy of its config: ``pretty_text`` formats once per content.
+
+    mmengine formats the runner's config with yapf for the log, the work dir's copy, the run's metadata and
+    every checkpoint (0.1-0.6 s each); the text is the same while the content is.
+    """
+
+    @classmethod
+    def of(cls, cfg: Config) -> 'RunConfig':
+        """A shallow copy of ``cfg`` as a :class:`RunConfig`."""
+        run_cfg = copy.copy(cfg)
+        object.__setattr__(run_cfg, '__class__', cls)  # Config's own __setattr__ sets config keys
+        return run_cfg
+
+    @property
+    def pretty_text(self) -> str:
+        key = repr(self.to_dict())  # what mmengine formats
+        cached = self.__dict__.get('_formatted')
+        if cached is None or cached[0] != key:
+            cached = (key, super().pretty_text)
+            object.__setattr__(self, '_formatted', cached)
+        return cached[1]
+
+
 @HOOKS.register_module()
 class RunnerCheckHook(Hook):
     """Stop (global batch dropped) or warn when another runner built a config naming a vit_plugin runner."""
@@ -102,7 +126,8 @@ class RunnerCheckHook(Hook):
 
 
 class _PlannedRunner:
-    """Mixin of vit_plugin's runners: the ``custom_keys`` check, and signals released at the end."""
+    """Mixin of vit_plugin's runners: the ``custom_keys`` check, the heap frozen while a loop runs, and signals
+    released at the end."""
     _custom_keys_checked = False
 
     def load_or_resume(self) -> None:
@@ -114,11 +139,23 @@ class _PlannedRunner:
             check_custom_keys(model, (getattr(self, 'cfg', None) or {}).get('optim_wrapper'))
         super().load_or_resume()
 
+    # mmengine builds the data loaders inside train(), val() and test(), and collects the whole heap for each
+    # dataset it serializes (about 0.7 s for the imports of torch and OpenMMLab); frozen, they are skipped
+    # and the data-loader workers forked meanwhile share their pages.
     def train(self):
         try:
-            return super().train()
+            with runtime.frozen_heap():
+                return super().train()
         finally:
             release_signals(self)  # also when the run ends in an exception, which has no after_run
+
+    def val(self):
+        with runtime.frozen_heap():
+            return super().val()
+
+    def test(self):
+        with runtime.frozen_heap():
+            return super().test()
 
 
 @RUNNERS.register_module()
@@ -130,7 +167,7 @@ class Runner(_PlannedRunner, MMEngineRunner):
         if cfg.get('strategy'):
             raise RunSetupError(f'strategy={type_name(cfg.strategy)!r} needs a FlexibleRunner: set '
                                 "runner_type='vit_plugin.FlexibleRunner' (a Runner has no strategy).")
-        return super().from_cfg(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg)))
+        return super().from_cfg(RunConfig.of(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg))))
 
 
 @RUNNERS.register_module()
@@ -139,9 +176,9 @@ class FlexibleRunner(_PlannedRunner, MMEngineFlexibleRunner):
 
     @classmethod
     def from_cfg(cls, cfg: Config) -> 'FlexibleRunner':
-        return super().from_cfg(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg, flexible=True)))
+        return super().from_cfg(RunConfig.of(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg, flexible=True))))
 
 
-__all__ = ['DISTRIBUTED_LAUNCHERS', 'FlexibleRunner', 'Runner', 'RunnerCheckHook', 'RunSetupError', 'SWITCHES',
-           'check_processes_per_gpu', 'is_rank_zero', 'prepare_run', 'run_device', 'run_launcher', 'run_world_size',
-           'start_process', 'use_device_defaults']
+__all__ = ['DISTRIBUTED_LAUNCHERS', 'FlexibleRunner', 'RunConfig', 'Runner', 'RunnerCheckHook', 'RunSetupError',
+           'SWITCHES', 'check_processes_per_gpu', 'is_rank_zero', 'prepare_run', 'run_device', 'run_launcher',
+           'run_world_size', 'start_process', 'use_device_defaults']
