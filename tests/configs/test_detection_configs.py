@@ -112,7 +112,8 @@ def shapes_run(tmp_path_factory):
 
     Every bar on learned behaviour is a whole-set number with a margin measured over 3 seeds and both
     ATEN_CPU_CAPABILITY=avx2 and =default (tests/helpers/shapes_test_margins.py, which prints the table);
-    a broken detector (RoI features read at twice their stride) fails every one of them."""
+    a broken detector (RoI features read at twice their stride) fails every one of them but the loss
+    ratio's, which asks only that the loss falls."""
     run = shapes_training_run(tmp_path_factory.mktemp('shapes'))
     for name, metrics in (('untrained', run['baseline']), (f'after {EPOCHS} epochs', run['metrics'])):
         print(f'shapes, {name}:', {k: round(v, 3) for k, v in metrics.items() if 'mAP' in k})
@@ -150,7 +151,7 @@ def test_short_training_on_shapes_infers_with_recall_and_precision(shapes_run):
 
 
 @pytest.mark.slow
-def test_short_training_on_shapes_detects_objects_in_most_images(shapes_run):
+def test_short_training_on_shapes_draws_detections_on_the_images(shapes_run):
     counts = shapes_run['inference']
     assert shapes_run['drawn_share'] >= DRAWN_SHARE_MIN, counts
 

@@ -32,17 +32,18 @@ def build_detector(cfg):
 
 # Bars of the short shapes training (shapes_run of tests/configs/test_detection_configs.py): whole
 # validation set numbers, with margins beyond the worst of seeds 0, 1, 2 x ATEN_CPU_CAPABILITY avx2 and
-# default (tests/helpers/shapes_test_margins.py). Measured, worst (range) of those 6 runs, and a broken
-# detector (RoI features read at twice their stride, --break-roi-stride), which fails every bar:
-EPOCHS = 10  # of 16 iterations (128 images, batch 8)
-LOSS_RATIO_MAX = 0.45  # mean of the last 10 losses / first 10: 0.344 (0.317-0.344); broken 0.517
-BBOX_MAP50_MIN = 0.5  # 0.709 (0.709-0.831); broken 0.002
-SEGM_MAP50_MIN = 0.5  # 0.736 (0.736-0.843); broken 0.000
-# tools/infer.py at --score-thr 0.5 on the 32 images (70 shapes):
-RECALL_MIN = 0.5  # shapes found (right class, IoU > 0.5): 0.700 (0.700-0.829); broken 0
-PRECISION_MIN = 0.5  # detections that are right: 0.757 (0.757-0.817); broken: no detections
-DRAWN_SHARE_MIN = 0.6  # images with a detection: 0.875 (28-31 of 32); broken 0
-BASELINE_MAP50_MAX = 0.01  # the untrained model's bbox and segm mAP_50: 0.001 (0.000-0.001)
+# default on both stacks (tests/helpers/shapes_test_margins.py, one thread). Measured: worst (range) of
+# those 12 runs, and a broken detector (RoI features read at twice their stride, --break-roi-stride; seed
+# 0, both kernel sets), which fails every bar but the loss ratio's (its RPN still learns):
+EPOCHS = 6  # of 16 iterations (128 images, batch 8)
+LOSS_RATIO_MAX = 0.6  # mean of the last 10 losses / first 10: 0.484 (0.367-0.484); broken 0.517-0.530
+BBOX_MAP50_MIN = 0.25  # 0.357 (0.357-0.549); broken 0.003-0.005
+SEGM_MAP50_MIN = 0.25  # 0.369 (0.369-0.643); broken 0.001-0.003
+# tools/infer.py at --score-thr 0.5 on the 32 images (70 shapes); 6 epochs leave many scores below 0.5:
+RECALL_MIN = 0.1  # shapes found (right class, IoU > 0.5): 0.171 (0.171-0.543); broken 0
+PRECISION_MIN = 0.5  # detections that are right: 0.695 (0.695-0.886); broken: no detections
+DRAWN_SHARE_MIN = 0.2  # images with a detection: 0.344 (11-26 of 32); broken 0
+BASELINE_MAP50_MAX = 0.01  # the untrained model's bbox and segm mAP_50: 0.003 (0.000-0.003); 0.004 at 2 threads
 
 
 def _demo_runner(tmp_path, max_epochs, num_images, **overrides):
