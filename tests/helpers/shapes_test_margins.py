@@ -71,9 +71,8 @@ def main(argv=None):
             while pending and len(running) < args.jobs:
                 seed, cap = pending.pop(0)
                 work = osp.join(tmp, f'{cap}_{seed}')
-                running.append((seed, cap, _launch(seed, None if cap == 'native' else cap, args.threads, args.epochs,
-                                                   overrides,
-                                                   work)))
+                capability = None if cap == 'native' else cap
+                running.append((seed, cap, _launch(seed, capability, args.threads, args.epochs, overrides, work)))
             seed, cap, proc = running.pop(0)
             out, err = proc.communicate()
             line = [row for row in out.splitlines() if row.startswith('RESULT ')]

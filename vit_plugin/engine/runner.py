@@ -90,8 +90,8 @@ class RunConfig(Config):
 
     @classmethod
     def of(cls, cfg: Config) -> 'RunConfig':
-        """A shallow copy of ``cfg`` as a :class:`RunConfig`."""
-        run_cfg = copy.copy(cfg)
+        """A deep copy of ``cfg`` as a :class:`RunConfig`."""
+        run_cfg = copy.deepcopy(cfg)
         object.__setattr__(run_cfg, '__class__', cls)  # Config's own __setattr__ sets config keys
         return run_cfg
 
@@ -167,7 +167,7 @@ class Runner(_PlannedRunner, MMEngineRunner):
         if cfg.get('strategy'):
             raise RunSetupError(f'strategy={type_name(cfg.strategy)!r} needs a FlexibleRunner: set '
                                 "runner_type='vit_plugin.FlexibleRunner' (a Runner has no strategy).")
-        return super().from_cfg(RunConfig.of(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg))))
+        return super().from_cfg(planned(RunConfig.of(cfg), RunEnv.from_process(cfg)))
 
 
 @RUNNERS.register_module()
@@ -176,7 +176,7 @@ class FlexibleRunner(_PlannedRunner, MMEngineFlexibleRunner):
 
     @classmethod
     def from_cfg(cls, cfg: Config) -> 'FlexibleRunner':
-        return super().from_cfg(RunConfig.of(planned(copy.deepcopy(cfg), RunEnv.from_process(cfg, flexible=True))))
+        return super().from_cfg(planned(RunConfig.of(cfg), RunEnv.from_process(cfg, flexible=True)))
 
 
 __all__ = ['DISTRIBUTED_LAUNCHERS', 'FlexibleRunner', 'RunConfig', 'Runner', 'RunnerCheckHook', 'RunSetupError',
