@@ -110,18 +110,17 @@ def _infer_whole_val_set(runner, tmp_path, score_thr=0.5):
     return counts
 
 
-def shapes_training_run(work_dir, seed=0, epochs=None, **overrides):
+def shapes_training_run(work_dir, seed=0, epochs=EPOCHS, **overrides):
     """The slow test's recipe: the tiny ViTDet-style Mask R-CNN trained from scratch for ``EPOCHS`` epochs (16
     iterations each) on 128 shapes images, COCO-evaluated on 32, run through tools/infer.py on all 32, and the same
     model at its initial weights evaluated too. Returns every number the test asserts on (also what
     tests/helpers/shapes_test_margins.py measures over seeds and CPU kernels)."""
-    epochs = epochs or EPOCHS
     runner = _demo_runner(work_dir, max_epochs=epochs, num_images=dict(train=128, val=32), randomness=dict(seed=seed),
                           **overrides)
     recorder = LossRecorderHook()
     runner.register_hook(recorder)
     runner.train()
-    losses = [recorder.losses.get(i) for i in range(epochs * 16)]
+    losses = [recorder.losses.get(i) for i in range(runner.train_loop.max_iters)]
     metrics = runner.val()
     inference = _infer_whole_val_set(runner, work_dir)
     untrained = build_detector(runner.cfg)
